@@ -1,0 +1,504 @@
+"""Named-dimension shapes, their points, and one-value-per-point meshes.
+
+This module is pure: plain data and arithmetic, no I/O and no imports from the rest of
+actormesh. A `Shape` names the dimensions of a mesh (``{dp=2, tp=2}``) and records, for each
+of its points in row-major order, the *root rank* the point stands for: the flat index of
+that point in the mesh it was originally cut from. Slicing keeps root ranks and renumbers
+coordinates, so a sliced shape's points are 0-based in its own dimensions while its
+``ranks`` still say which members of the root mesh it covers.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import reprlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Point", "Shape", "ValueMesh"]
+
+T = TypeVar("T")
+
+# Aliases taken before the classes shadow ``slice`` with a method of the same name.
+_Selector = int | slice | range
+_builtin_slice = slice
+
+
+def _strides(sizes: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides: the flat distance between neighbours along each dimension."""
+    strides = [1] * len(sizes)
+    for i in range(len(sizes) - 2, -1, -1):
+        strides[i] = strides[i + 1] * sizes[i + 1]
+    return tuple(strides)
+
+
+def _describe(labels: Sequence[str], sizes: Sequence[object]) -> str:
+    pairs = zip(labels, sizes, strict=True)
+    return "{" + ", ".join(f"{label}={size}" for label, size in pairs) + "}"
+
+
+def _as_size(value: object, what: str) -> int:
+    """Validate one dimension size; `bool` is rejected although it is an `int` subclass."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"size of {what} must be an int, not {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"size of {what} must be >= 1, got {value}")
+    return value
+
+
+def _check_label(label: object) -> str:
+    if not isinstance(label, str) or not label.isidentifier():
+        raise ValueError(f"dimension label must be a Python identifier, got {label!r}")
+    return label
+
+
+def _select_one(label: str, size: int, selector: object) -> tuple[range, bool]:
+    """Resolve a selector for one dimension.
+
+    Returns:
+        The selected indices, in order, and whether the dimension survives (an int drops it).
+    """
+    if isinstance(selector, _builtin_slice):
+        try:
+            picked = range(size)[selector]
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"invalid slice {selector!r} for dimension {label!r}: {exc}") from None
+        if not picked:
+            raise ValueError(
+                f"{selector!r} selects nothing from dimension {label!r} of size {size}"
+            )
+        return picked, True
+    if isinstance(selector, range):
+        if not selector:
+            raise ValueError(f"{selector!r} selects nothing from dimension {label!r}")
+        # A range is monotone, so its ends bound every element.
+        for index in (selector[0], selector[-1]):
+            if not 0 <= index < size:
+                raise IndexError(
+                    f"index {index} of {selector!r} is out of range for dimension "
+                    f"{label!r} of size {size}"
+                )
+        return selector, True
+    if isinstance(selector, bool):
+        raise TypeError(f"dimension {label!r} cannot be indexed by a bool")
+    try:
+        index = operator.index(selector)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"dimension {label!r} must be indexed by an int, slice or range, "
+            f"not {type(selector).__name__}"
+        ) from None
+    if not -size <= index < size:
+        raise IndexError(f"index {index} is out of range for dimension {label!r} of size {size}")
+    index %= size
+    return range(index, index + 1), False
+
+
+@dataclass(frozen=True, eq=False)
+class Point(Mapping[str, int]):
+    """Coordinates of one point of a shape.
+
+    A point is a mapping from label to index, so ``mesh.slice(**point)`` and ``f(**point)``
+    work. Two points are equal when their labels, sizes and coordinates are.
+
+    Attributes:
+        labels: The dimension names of the shape the point belongs to.
+        sizes: The size of each dimension.
+        coords: The index of the point along each dimension.
+    """
+
+    labels: tuple[str, ...]
+    sizes: tuple[int, ...]
+    coords: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", tuple(self.labels))
+        object.__setattr__(self, "sizes", tuple(self.sizes))
+        object.__setattr__(self, "coords", tuple(self.coords))
+        if not len(self.labels) == len(self.sizes) == len(self.coords):
+            raise ValueError(
+                f"labels, sizes and coords must have one entry per dimension, got "
+                f"{len(self.labels)}, {len(self.sizes)} and {len(self.coords)}"
+            )
+        for label, size, coord in zip(self.labels, self.sizes, self.coords, strict=True):
+            if not 0 <= coord < size:
+                raise IndexError(f"coordinate {coord} is out of range for {label!r}={size}")
+
+    @property
+    def rank(self) -> int:
+        """The flat row-major index of this point within its shape."""
+        return sum(c * s for c, s in zip(self.coords, _strides(self.sizes), strict=True))
+
+    @property
+    def size(self) -> int:
+        """The number of points of the shape this point belongs to."""
+        return math.prod(self.sizes)
+
+    @property
+    def extent(self) -> dict[str, int]:
+        """Label to size of the shape this point belongs to."""
+        return dict(zip(self.labels, self.sizes, strict=True))
+
+    def __getitem__(self, label: str) -> int:
+        try:
+            return self.coords[self.labels.index(label)]
+        except ValueError:
+            raise KeyError(label) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.labels)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Point):
+            return NotImplemented
+        return (self.labels, self.sizes, self.coords) == (other.labels, other.sizes, other.coords)
+
+    def __hash__(self) -> int:
+        return hash((self.labels, self.sizes, self.coords))
+
+    def __str__(self) -> str:
+        return _describe(self.labels, self.coords)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Named dimensions over a set of root ranks, in row-major order.
+
+    Attributes:
+        labels: Dimension names, unique Python identifiers.
+        sizes: Size of each dimension, each at least 1.
+        ranks: The root rank of each point, row-major; one entry per point. A shape with no
+            dimensions has exactly one point.
+    """
+
+    labels: tuple[str, ...]
+    sizes: tuple[int, ...]
+    ranks: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", tuple(self.labels))
+        object.__setattr__(self, "sizes", tuple(self.sizes))
+        object.__setattr__(self, "ranks", tuple(self.ranks))
+        if len(self.labels) != len(self.sizes):
+            raise ValueError(f"{len(self.labels)} labels given for {len(self.sizes)} sizes")
+        for label, size in zip(self.labels, self.sizes, strict=True):
+            _as_size(size, f"dimension {_check_label(label)!r}")
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError(f"dimension labels must be unique, got {self.labels}")
+        count = math.prod(self.sizes)
+        if len(self.ranks) != count:
+            raise ValueError(
+                f"shape {_describe(self.labels, self.sizes)} has {count} points "
+                f"but {len(self.ranks)} ranks were given"
+            )
+        for rank in self.ranks:
+            if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+                raise ValueError(f"ranks must be non-negative ints, got {rank!r}")
+        if len(set(self.ranks)) != count:
+            raise ValueError("ranks must be unique")
+
+    @classmethod
+    def of(cls, spec: Shape | int | Sequence[int] | Mapping[str, int]) -> Shape:
+        """Build a shape over ranks ``0..n-1`` from a user's shape spec.
+
+        Args:
+            spec: ``n`` for one dimension ``dim0``; a sequence of sizes for dimensions
+                ``dim0, dim1, ...``; a mapping of label to size; or a `Shape`, returned as is.
+
+        Raises:
+            TypeError: The spec or one of its sizes has the wrong type.
+            ValueError: A size is below 1 or a label is not an identifier.
+        """
+        if isinstance(spec, Shape):
+            return spec
+        if isinstance(spec, Mapping):
+            return cls.from_dims(tuple(spec.keys()), tuple(spec.values()))
+        if isinstance(spec, int) and not isinstance(spec, bool):
+            return cls.from_dims(("dim0",), (spec,))
+        if isinstance(spec, tuple | list):
+            return cls.from_dims(tuple(f"dim{i}" for i in range(len(spec))), tuple(spec))
+        raise TypeError(
+            "a shape is an int, a tuple or list of ints, or a mapping of label to int, "
+            f"not {type(spec).__name__}"
+        )
+
+    @classmethod
+    def from_dims(cls, labels: Sequence[str], sizes: Sequence[int]) -> Shape:
+        """Build a shape with the given dimensions over ranks ``0..n-1``."""
+        if len(labels) != len(sizes):
+            raise ValueError(f"{len(labels)} labels given for {len(sizes)} sizes")
+        for label, size in zip(labels, sizes, strict=True):
+            _as_size(size, f"dimension {label!r}")
+        return cls(tuple(labels), tuple(sizes), tuple(range(math.prod(sizes))))
+
+    def __len__(self) -> int:
+        return len(self.ranks)
+
+    def __str__(self) -> str:
+        return _describe(self.labels, self.sizes)
+
+    @property
+    def ndim(self) -> int:
+        """The number of dimensions."""
+        return len(self.labels)
+
+    @property
+    def extent(self) -> dict[str, int]:
+        """Label to size, in dimension order."""
+        return dict(zip(self.labels, self.sizes, strict=True))
+
+    def slice(self, **dims: _Selector) -> Shape:
+        """Select part of the shape by dimension name.
+
+        An int picks one index and drops the dimension; a slice or range keeps it. Negative
+        ints count from the end. Dimensions not named are kept whole.
+
+        Raises:
+            ValueError: An unknown dimension, or a slice that selects nothing.
+            IndexError: An int or range index outside the dimension.
+            TypeError: A selector that is not an int, slice or range.
+        """
+        return self._slice_positions(dims)[0]
+
+    def index(self, key: object) -> Shape:
+        """Select part of the shape positionally, as ``mesh[1, :]`` does.
+
+        Args:
+            key: An int, slice or range, or a tuple of them, one per leading dimension;
+                trailing dimensions not covered are kept whole.
+
+        Raises:
+            IndexError: More entries than dimensions, or an index out of range.
+            ValueError: A slice that selects nothing.
+            TypeError: An entry that is not an int, slice or range.
+        """
+        return self._index_positions(key)[0]
+
+    def split(self, **dims: Mapping[str, int]) -> Shape:
+        """Replace dimensions by several, row-major: ``split(gpus={"dp": 2, "tp": 2})``.
+
+        One new size per split may be ``-1`` and is then inferred. Ranks are unchanged.
+
+        Raises:
+            ValueError: An unknown dimension, sizes whose product is not the size, more than
+                one ``-1``, or labels that collide.
+        """
+        self._check_known(dims)
+        labels: list[str] = []
+        sizes: list[int] = []
+        for label, size in zip(self.labels, self.sizes, strict=True):
+            if label not in dims:
+                labels.append(label)
+                sizes.append(size)
+                continue
+            parts = self._split_one(label, size, dims[label])
+            labels.extend(parts)
+            sizes.extend(parts.values())
+        return Shape(tuple(labels), tuple(sizes), self.ranks)
+
+    @staticmethod
+    def _split_one(label: str, size: int, parts: object) -> dict[str, int]:
+        """The new dimensions replacing ``label``, with a ``-1`` size inferred."""
+        if not isinstance(parts, Mapping) or not parts:
+            raise ValueError(f"split of {label!r} needs a non-empty mapping of label to size")
+        new: dict[str, int] = {}
+        inferred: list[str] = []
+        for part, n in parts.items():
+            if isinstance(n, int) and n == -1:
+                inferred.append(part)
+                new[part] = -1
+            else:
+                new[part] = _as_size(n, f"{part!r} in split of {label!r}")
+        if len(inferred) > 1:
+            raise ValueError(f"split of {label!r}: at most one size may be -1, got {inferred}")
+        known = math.prod(n for n in new.values() if n != -1)
+        if inferred and size % known == 0:
+            new[inferred[0]] = size // known
+        if math.prod(new.values()) != size:
+            wanted = _describe(list(parts), [str(n) for n in parts.values()])
+            raise ValueError(f"cannot split {label!r} of size {size} into {wanted}")
+        return new
+
+    def flatten(self, label: str) -> Shape:
+        """Merge all dimensions into one called ``label``; ranks are unchanged."""
+        return Shape((label,), (len(self),), self.ranks)
+
+    def rename(self, **names: str) -> Shape:
+        """Rename dimensions, ``rename(gpus="dp")``; ranks are unchanged.
+
+        Raises:
+            ValueError: An unknown dimension, or new labels that collide or are not
+                identifiers.
+        """
+        self._check_known(names)
+        return Shape(
+            tuple(names.get(label, label) for label in self.labels), self.sizes, self.ranks
+        )
+
+    def point(self, index: int) -> Point:
+        """The coordinates of the ``index``-th point in this shape's own dimensions.
+
+        Raises:
+            IndexError: The index is not below the number of points.
+        """
+        count = len(self)
+        if not -count <= index < count:
+            raise IndexError(f"point {index} is out of range for shape {self} of {count} points")
+        index %= count
+        coords = [0] * self.ndim
+        for dim in range(self.ndim - 1, -1, -1):
+            index, coords[dim] = divmod(index, self.sizes[dim])
+        return Point(self.labels, self.sizes, tuple(coords))
+
+    def points(self) -> Iterator[Point]:
+        """Every point, row-major."""
+        return (self.point(i) for i in range(len(self)))
+
+    def index_of_rank(self, root_rank: int) -> int:
+        """The position ``i`` with ``ranks[i] == root_rank``.
+
+        Raises:
+            ValueError: The shape does not cover that root rank.
+        """
+        try:
+            return self._rank_positions[root_rank]
+        except KeyError:
+            raise ValueError(f"root rank {root_rank} is not in shape {self}") from None
+
+    @cached_property
+    def _rank_positions(self) -> dict[int, int]:
+        return {rank: i for i, rank in enumerate(self.ranks)}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The rank lookup table is a cache; rebuild it on demand rather than ship it.
+        return {k: v for k, v in self.__dict__.items() if k != "_rank_positions"}
+
+    def _check_known(self, dims: Mapping[str, object]) -> None:
+        unknown = [label for label in dims if label not in self.labels]
+        if unknown:
+            have = ", ".join(self.labels) if self.labels else "none"
+            raise ValueError(
+                f"shape {self} has no dimension {', '.join(map(repr, unknown))}; "
+                f"its dimensions are: {have}"
+            )
+
+    def _slice_positions(self, dims: Mapping[str, object]) -> tuple[Shape, list[int]]:
+        self._check_known(dims)
+        picks = [
+            _select_one(label, size, dims[label]) if label in dims else (range(size), True)
+            for label, size in zip(self.labels, self.sizes, strict=True)
+        ]
+        return self._pick(picks)
+
+    def _index_positions(self, key: object) -> tuple[Shape, list[int]]:
+        entries = key if isinstance(key, tuple) else (key,)
+        if len(entries) > self.ndim:
+            raise IndexError(
+                f"too many indices for shape {self}: {len(entries)} given, {self.ndim} dimensions"
+            )
+        return self._slice_positions(dict(zip(self.labels, entries, strict=False)))
+
+    def _pick(self, picks: Sequence[tuple[range, bool]]) -> tuple[Shape, list[int]]:
+        """The sub-shape of the given per-dimension selections, and its flat positions here."""
+        positions = [0]
+        for (picked, _), stride in zip(picks, _strides(self.sizes), strict=True):
+            positions = [p + i * stride for p in positions for i in picked]
+        kept = [
+            (label, len(picked))
+            for label, (picked, keep) in zip(self.labels, picks, strict=True)
+            if keep
+        ]
+        shape = Shape(
+            tuple(label for label, _ in kept),
+            tuple(size for _, size in kept),
+            tuple(self.ranks[p] for p in positions),
+        )
+        return shape, positions
+
+
+class ValueMesh(Generic[T]):
+    """One value per point of a shape, as returned by ``call``.
+
+    Values are stored row-major. Indexing with ints, ``vm[1, 0]``, gives a value once every
+    dimension is fixed; slices give another `ValueMesh`.
+    """
+
+    def __init__(self, shape: Shape, values: Sequence[T]) -> None:
+        """Pair a shape with its values.
+
+        Raises:
+            TypeError: ``shape`` is not a `Shape`.
+            ValueError: The number of values differs from the number of points.
+        """
+        if not isinstance(shape, Shape):
+            raise TypeError(f"shape must be a Shape, not {type(shape).__name__}")
+        values = tuple(values)
+        if len(values) != len(shape):
+            raise ValueError(
+                f"shape {shape} has {len(shape)} points but {len(values)} values were given"
+            )
+        self._shape = shape
+        self._values = values
+
+    @property
+    def shape(self) -> Shape:
+        """The shape the values are laid out on."""
+        return self._shape
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def items(self) -> Iterator[tuple[Point, T]]:
+        """``(point, value)`` pairs, row-major."""
+        return zip(self._shape.points(), self._values, strict=True)
+
+    def values(self) -> Iterator[T]:
+        """The values, row-major."""
+        return iter(self._values)
+
+    def __iter__(self) -> Iterator[tuple[Point, T]]:
+        return self.items()
+
+    def item(self, **coords: int) -> T:
+        """The value at the given coordinates; every dimension must be named.
+
+        Raises:
+            ValueError: A dimension is missing or unknown.
+            IndexError: A coordinate is out of range.
+            TypeError: A coordinate is not an int.
+        """
+        self._shape._check_known(coords)
+        missing = [label for label in self._shape.labels if label not in coords]
+        if missing:
+            raise ValueError(f"item() of shape {self._shape} needs a coordinate for {missing}")
+        for label, coord in coords.items():
+            if isinstance(coord, _builtin_slice | range):
+                raise TypeError(f"item() needs an int for {label!r}, not {coord!r}")
+        return self._values[self._shape._slice_positions(coords)[1][0]]
+
+    def __getitem__(self, key: object) -> Any:
+        shape, positions = self._shape._index_positions(key)
+        if shape.ndim == 0:
+            return self._values[positions[0]]
+        return ValueMesh(shape, [self._values[p] for p in positions])
+
+    def slice(self, **dims: _Selector) -> ValueMesh[T]:
+        """The values of part of the mesh, selected as `Shape.slice` does."""
+        shape, positions = self._shape._slice_positions(dims)
+        return ValueMesh(shape, [self._values[p] for p in positions])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ValueMesh):
+            return NotImplemented
+        return self._shape == other._shape and self._values == other._values
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ValueMesh({self._shape}, {reprlib.repr(list(self._values))})"
