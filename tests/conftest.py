@@ -1,0 +1,137 @@
+"""Session-wide test set-up: no worker process may outlive the test session.
+
+Every process the tests start inherits ``ACTORMESH_TEST_SESSION``, set here at import to a
+fresh UUID. When the session ends, any live process whose command line names the worker
+bootstrap module and whose environment carries this session's UUID is a leak: it is
+killed and the run fails, whatever the tests themselves reported. Matching on the UUID
+means runs side by side (two checkouts, xdist workers) never blame each other's workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SESSION_ENV = "ACTORMESH_TEST_SESSION"
+SESSION_ID = uuid.uuid4().hex
+# Set at import, before any test runs, so every process started from here inherits it.
+os.environ[SESSION_ENV] = SESSION_ID
+
+# Words in a command line that mark an actormesh worker process.
+WORKER_MARKERS = ("actormesh._bootstrap",)
+
+# Workers of a mesh stopped by the last test may still be on their way out; this is how
+# long they get before they count as leaked.
+EXIT_GRACE_S = 5.0
+
+_PROC = Path("/proc")
+_leak_report: list[str] = []
+
+
+@dataclass(frozen=True)
+class WorkerProcess:
+    """A live process that belongs to this test session."""
+
+    pid: int
+    cmdline: str
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # the process exited meanwhile, or is not ours to read
+        return b""
+
+
+def find_session_workers(session_id: str = SESSION_ID) -> list[WorkerProcess]:
+    """Lists live worker processes whose environment names ``session_id``.
+
+    Zombies are not listed: their command line and environment read as empty.
+    """
+    wanted = f"{SESSION_ENV}={session_id}".encode()
+    found = []
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        argv = _read(entry / "cmdline").split(b"\0")
+        cmdline = " ".join(a.decode(errors="replace") for a in argv if a)
+        if not any(marker in cmdline for marker in WORKER_MARKERS):
+            continue
+        if wanted in _read(entry / "environ").split(b"\0"):
+            found.append(WorkerProcess(int(entry.name), cmdline))
+    return found
+
+
+def _wait_for_exit(pids: list[int], timeout: float) -> None:
+    """Blocks until every process in ``pids`` has exited or ``timeout`` passed.
+
+    Waits on pidfds, which turn readable when their process exits, so there is no
+    polling loop; the processes need not be children of this one.
+    """
+    fds = []
+    try:
+        for pid in pids:
+            try:
+                fds.append(os.pidfd_open(pid))
+            except ProcessLookupError:
+                continue  # already gone
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        pending = set(fds)
+        deadline = time.monotonic() + timeout
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            for fd, _ in poller.poll(left * 1000):
+                pending.discard(fd)
+                poller.unregister(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def reap_leaked_workers(grace: float = EXIT_GRACE_S) -> list[WorkerProcess]:
+    """Kills this session's workers still alive after ``grace`` seconds; returns them."""
+    workers = find_session_workers()
+    if not workers:
+        return []
+    _wait_for_exit([w.pid for w in workers], grace)
+    leaked = find_session_workers()
+    for worker in leaked:
+        with contextlib.suppress(ProcessLookupError):  # it exited during the grace period
+            os.kill(worker.pid, signal.SIGKILL)
+    _wait_for_exit([w.pid for w in leaked], grace)
+    return leaked
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    leaked = reap_leaked_workers()
+    if not leaked:
+        return
+    _leak_report.extend(f"pid {w.pid}: {w.cmdline}" for w in leaked)
+    # pytest returns session.exitstatus, so this turns a green run red.
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _leak_report:
+        return
+    terminalreporter.section("LEAKED WORKER PROCESSES", sep="!", red=True, bold=True)
+    terminalreporter.line(
+        f"{len(_leak_report)} actormesh worker process(es) started by this test session "
+        f"were still running after it ended (killed now); some test or fixture does not "
+        f"stop what it spawned:",
+        red=True,
+    )
+    for line in _leak_report:
+        terminalreporter.line(f"  {line}", red=True)

@@ -1,0 +1,263 @@
+"""Each module imports only from its own layer or below (DESIGN.md §3).
+
+The check reads the source with ``ast``; nothing is imported. Imports inside functions
+count (a lazy import still couples the layers); imports under ``if TYPE_CHECKING:`` do
+not, since they never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "actormesh"
+SRC = Path(__file__).resolve().parents[2] / "src" / PACKAGE
+
+# Top-level names under actormesh/ and their layer; anything else at top level is layer 3.
+LAYERS: dict[str, int] = {
+    "_shape": 0,
+    "_exceptions": 0,
+    "_config": 0,
+    "_transport": 1,
+    "_core": 2,
+    "_actor": 3,
+    "_endpoint": 3,
+    "_routing": 3,
+    "_adverbs": 3,
+    "_future": 3,
+    "_actor_mesh": 3,
+    "_proc_mesh": 3,
+    "_supervision": 3,
+    "_bootstrap": 3,
+    "_context": 3,
+    "_output": 3,
+    "_cli": 3,
+    "allocators": 4,
+    "rpc": 4,
+    "torch": 4,
+    "testing": 4,
+}
+DEFAULT_LAYER = 3
+# actormesh/__init__.py re-exports the actor API, so it sits just above layer 3: it may
+# import layers <= 3, and only layer 4 may import it (anything lower would be a cycle).
+ROOT_LAYER = 3.5
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One import that reaches above the importing module's layer."""
+
+    module: str
+    line: int
+    imported: str
+    module_layer: float
+    imported_layer: float
+
+    def __str__(self) -> str:
+        return (
+            f"{self.module} (layer {self.module_layer:g}) line {self.line} imports "
+            f"{self.imported} (layer {self.imported_layer:g})"
+        )
+
+
+def layer_of(module: str) -> float:
+    """The layer of a dotted module name inside the package."""
+    parts = module.split(".")
+    if parts[0] != PACKAGE:
+        raise ValueError(f"{module} is not inside {PACKAGE}")
+    if len(parts) == 1:
+        return ROOT_LAYER
+    return LAYERS.get(parts[1], DEFAULT_LAYER)
+
+
+def module_name(path: Path, root: Path = SRC) -> str:
+    """The dotted name of the module at ``path`` (a package's ``__init__`` is the package)."""
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(nodes: Iterable[ast.AST]) -> list[ast.Import | ast.ImportFrom]:
+    """All import statements in ``nodes``, at any depth, except under ``if TYPE_CHECKING:``."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    for node in nodes:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            found.extend(_runtime_imports(node.orelse))  # the else branch does run
+        else:
+            found.extend(_runtime_imports(ast.iter_child_nodes(node)))
+    return found
+
+
+def imported_modules(
+    source: str, module: str, *, is_package: bool, exists: set[str]
+) -> list[tuple[int, str]]:
+    """The package-internal modules that ``source`` imports at run time, with line numbers.
+
+    Args:
+        source: Python source of the module.
+        module: Its dotted name, used to resolve relative imports.
+        is_package: Whether it is a package's ``__init__`` (changes what ``.`` means).
+        exists: Dotted names of all modules in the package, to tell
+            ``from actormesh import _shape`` (a module) from ``from actormesh import Actor``
+            (a name defined by the package's ``__init__``).
+    """
+    package = module if is_package else module.rpartition(".")[0]
+    result: list[tuple[int, str]] = []
+    for node in _runtime_imports(ast.parse(source).body):
+        if isinstance(node, ast.Import):
+            result.extend(
+                (node.lineno, alias.name)
+                for alias in node.names
+                if alias.name.split(".")[0] == PACKAGE
+            )
+            continue
+        if node.level:
+            base_parts = package.split(".")
+            drop = node.level - 1
+            if drop >= len(base_parts):
+                raise ValueError(f"{module} line {node.lineno}: relative import beyond the top")
+            base = ".".join(base_parts[: len(base_parts) - drop])
+            target = f"{base}.{node.module}" if node.module else base
+        else:
+            target = node.module or ""
+        if target.split(".")[0] != PACKAGE:
+            continue
+        for alias in node.names:
+            submodule = f"{target}.{alias.name}"
+            result.append((node.lineno, submodule if submodule in exists else target))
+    return result
+
+
+def find_violations(root: Path = SRC) -> list[Violation]:
+    """Checks every module under ``root`` and returns the imports that break the layers."""
+    paths = sorted(root.rglob("*.py"))
+    names = {module_name(p, root): p for p in paths}
+    exists = set(names)
+    violations = []
+    for name, path in names.items():
+        own = layer_of(name)
+        # The package's __init__ may import up to layer 3; ROOT_LAYER only matters as a target.
+        allowed = DEFAULT_LAYER if name == PACKAGE else own
+        for line, imported in imported_modules(
+            path.read_text(encoding="utf-8"),
+            name,
+            is_package=path.name == "__init__.py",
+            exists=exists,
+        ):
+            if imported == name:
+                continue
+            theirs = layer_of(imported)
+            if theirs > allowed:
+                violations.append(Violation(name, line, imported, own, theirs))
+    return violations
+
+
+def test_source_tree_has_modules_to_check() -> None:
+    assert SRC.is_dir(), f"{SRC} is missing"
+    assert (SRC / "__init__.py").is_file(), f"{SRC / '__init__.py'} is missing"
+
+
+def test_every_module_imports_only_from_its_layer_or_below() -> None:
+    violations = find_violations()
+    assert not violations, "imports that break the layering (DESIGN.md §3):\n" + "\n".join(
+        f"  {v}" for v in violations
+    )
+
+
+# The checker itself: each case would let a real violation through if it regressed.
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / PACKAGE
+    for rel in [
+        "__init__.py",
+        "_shape.py",
+        "_actor.py",
+        "_core/__init__.py",
+        "_core/_runtime.py",
+        "_transport/__init__.py",
+        "rpc/__init__.py",
+    ]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("", encoding="utf-8")
+    return root
+
+
+def _write(root: Path, rel: str, source: str) -> None:
+    (root / rel).write_text(source, encoding="utf-8")
+
+
+def _found(root: Path) -> list[str]:
+    return [str(v) for v in find_violations(root)]
+
+
+def test_checker_accepts_imports_from_lower_layers(tree: Path) -> None:
+    _write(tree, "_actor.py", "from ._core import _runtime\nfrom actormesh._shape import X\n")
+    _write(tree, "_core/_runtime.py", "from .. import _shape\nfrom .._transport import T\n")
+    _write(tree, "rpc/__init__.py", "from actormesh import Actor\nfrom .._actor import A\n")
+    _write(tree, "__init__.py", "from ._actor import A\n")
+    assert _found(tree) == []
+
+
+def test_checker_reports_absolute_import_from_a_higher_layer(tree: Path) -> None:
+    _write(tree, "_shape.py", "import os\n\nimport actormesh._core._runtime\n")
+    assert _found(tree) == [
+        "actormesh._shape (layer 0) line 3 imports actormesh._core._runtime (layer 2)"
+    ]
+
+
+def test_checker_reports_relative_import_from_a_higher_layer(tree: Path) -> None:
+    _write(tree, "_core/_runtime.py", "def f():\n    from .. import _actor\n")
+    assert _found(tree) == [
+        "actormesh._core._runtime (layer 2) line 2 imports actormesh._actor (layer 3)"
+    ]
+
+
+def test_checker_reports_layer_three_importing_the_package_root(tree: Path) -> None:
+    _write(tree, "_actor.py", "from actormesh import Actor\n")
+    assert _found(tree) == ["actormesh._actor (layer 3) line 1 imports actormesh (layer 3.5)"]
+
+
+def test_checker_reports_package_root_importing_layer_four(tree: Path) -> None:
+    _write(tree, "__init__.py", "from .rpc import rpc_sync\n")
+    assert _found(tree) == ["actormesh (layer 3.5) line 1 imports actormesh.rpc (layer 4)"]
+
+
+def test_checker_counts_unknown_top_level_modules_as_layer_three(tree: Path) -> None:
+    _write(tree, "_new_thing.py", "")
+    _write(tree, "_core/_runtime.py", "from actormesh._new_thing import N\n")
+    assert _found(tree) == [
+        "actormesh._core._runtime (layer 2) line 1 imports actormesh._new_thing (layer 3)"
+    ]
+
+
+def test_checker_ignores_type_checking_imports_but_not_their_else_branch(tree: Path) -> None:
+    _write(
+        tree,
+        "_shape.py",
+        "import typing\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from ._actor import A\n"
+        "if typing.TYPE_CHECKING:\n"
+        "    import actormesh.rpc\n"
+        "else:\n"
+        "    from ._core import _runtime\n",
+    )
+    assert _found(tree) == [
+        "actormesh._shape (layer 0) line 8 imports actormesh._core._runtime (layer 2)"
+    ]
