@@ -7,6 +7,7 @@ it exists, and a public module that fails to import fails here rather than being
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 from pathlib import Path
@@ -106,6 +107,45 @@ def test_exported_exceptions_report_a_public_module(module_name: str) -> None:
         f"{module_name} exports exceptions whose __module__ is not one of {sorted(allowed)}: "
         f"{wrong}"
     )
+
+
+def unsorted_all_lists(root: Path = SRC) -> list[str]:
+    """Modules under ``root`` whose literal ``__all__`` is not sorted() or repeats a name.
+
+    Reads the source, so private modules are covered without importing them.
+    """
+    problems = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not (
+                isinstance(node, ast.Assign | ast.AnnAssign)
+                and any(
+                    isinstance(t, ast.Name) and t.id == "__all__"
+                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                )
+                and isinstance(node.value, ast.List | ast.Tuple)
+            ):
+                continue
+            names = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+            if names != sorted(set(names)):
+                where = path.relative_to(root.parent)
+                problems.append(f"{where}:{node.lineno} __all__ should be {sorted(set(names))}")
+    return problems
+
+
+def test_every_module_all_is_sorted() -> None:
+    problems = unsorted_all_lists()
+    assert not problems, "unsorted __all__:\n  " + "\n  ".join(problems)
+
+
+def test_unsorted_all_check_reports_constants_and_numbers_in_plain_order(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / PACKAGE
+    root.mkdir()
+    (root / "_good.py").write_text('__all__ = ["Actor", "Item10", "Item2", "VERSION", "call"]\n')
+    (root / "_bad.py").write_text('x = 1\n__all__: list[str] = ["b", "a"]\n')
+    assert unsorted_all_lists(root) == ["actormesh/_bad.py:2 __all__ should be ['a', 'b']"]
 
 
 def test_public_modules_are_found_on_disk() -> None:
