@@ -1,0 +1,87 @@
+"""actormesh: program many processes as one.
+
+Spawn meshes of processes, spawn actors in them, and call their endpoints on all of
+them, one, a slice, a load-balanced choice, or sharded::
+
+    procs = await proc_mesh(gpus=4)
+    trainers = await procs.spawn("trainer", Trainer, 1e-3)
+    losses = await trainers.step.call(batch)
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ._actor import Actor as Actor
+from ._actor_mesh import ActorMesh as ActorMesh
+from ._adverbs import ResultStream as ResultStream
+from ._config import Config as Config
+from ._context import current_rank as current_rank
+from ._context import current_size as current_size
+from ._endpoint import Endpoint as Endpoint
+from ._endpoint import endpoint as endpoint
+from ._exceptions import ActorDiedError as ActorDiedError
+from ._exceptions import ActorError as ActorError
+from ._exceptions import ActorInitError as ActorInitError
+from ._exceptions import ActorMeshError as ActorMeshError
+from ._exceptions import CallTimeoutError as CallTimeoutError
+from ._exceptions import EndpointNotFoundError as EndpointNotFoundError
+from ._exceptions import MeshStoppedError as MeshStoppedError
+from ._exceptions import MessageTooLargeError as MessageTooLargeError
+from ._exceptions import SerializationError as SerializationError
+from ._exceptions import SupervisionError as SupervisionError
+from ._future import Future as Future
+from ._mesh_state import Failure as Failure
+from ._proc_mesh import ProcMesh as ProcMesh
+from ._proc_mesh import proc_mesh as proc_mesh
+from ._routing import Affinity as Affinity
+from ._routing import LeastLoaded as LeastLoaded
+from ._routing import PowerOfTwo as PowerOfTwo
+from ._routing import Random as Random
+from ._routing import RoundRobin as RoundRobin
+from ._routing import WorkQueue as WorkQueue
+from ._shape import Point as Point
+from ._shape import Shape as Shape
+from ._shape import ValueMesh as ValueMesh
+from ._sharding import Dispatch as Dispatch
+from ._sharding import split_along as split_along
+from ._supervision import set_failure_hook as set_failure_hook
+
+__all__ = [
+    "Actor",
+    "ActorDiedError",
+    "ActorError",
+    "ActorInitError",
+    "ActorMesh",
+    "ActorMeshError",
+    "Affinity",
+    "CallTimeoutError",
+    "Config",
+    "Dispatch",
+    "Endpoint",
+    "EndpointNotFoundError",
+    "Failure",
+    "Future",
+    "LeastLoaded",
+    "MeshStoppedError",
+    "MessageTooLargeError",
+    "Point",
+    "PowerOfTwo",
+    "ProcMesh",
+    "Random",
+    "ResultStream",
+    "RoundRobin",
+    "SerializationError",
+    "Shape",
+    "SupervisionError",
+    "ValueMesh",
+    "WorkQueue",
+    "current_rank",
+    "current_size",
+    "endpoint",
+    "proc_mesh",
+    "set_failure_hook",
+    "split_along",
+]
+
+logging.getLogger("actormesh").addHandler(logging.NullHandler())

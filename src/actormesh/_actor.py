@@ -1,0 +1,172 @@
+"""``Actor``: the base class of user actors, and how a worker builds and runs one.
+
+An actor class lists its endpoints (methods marked ``@endpoint``). When a mesh is spawned,
+each worker receives a ``SpawnSpec`` (the class, pickled by value when it lives in
+``__main__``, and the constructor arguments) and builds one instance per rank it hosts, on
+the actor's own thread, inside a context that makes ``current_rank()`` answer.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._context import ActorIdentity, set_current_actor
+from ._core import EndpointKind
+from ._core._output import CURRENT_PREFIX
+from ._endpoint import Endpoint, EndpointOptions
+from ._exceptions import EndpointNotFoundError
+from ._shape import Point
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ._future import Future
+    from ._shape import Shape
+
+__all__ = ["Actor", "SpawnSpec", "endpoint_table", "missing_endpoint", "point_of"]
+
+# Attributes of an actor mesh; an endpoint with one of these names could not be reached.
+RESERVED_NAMES = frozenset(
+    {
+        "flatten",
+        "name",
+        "rename",
+        "shape",
+        "size",
+        "slice",
+        "split",
+        "stats",
+        "stop",
+        "actor_class",
+    }
+)
+
+
+class Actor:
+    """Base class of actors. Mark the methods other processes may call with ``@endpoint``.
+
+    ``__init__`` runs in the worker on the actor's own thread (it may block, e.g. to load a
+    model); an exception there fails the spawn with ``ActorInitError``. ``def`` endpoints
+    run on that thread too, one message at a time; ``async def`` endpoints run on the
+    worker's event loop, also one at a time unless marked ``concurrent=True``.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        clashes = sorted(RESERVED_NAMES & set(endpoint_table(cls)))
+        if clashes:
+            raise TypeError(
+                f"{cls.__qualname__} defines endpoint(s) {clashes} whose names are taken by "
+                "actor meshes (mesh.slice, mesh.stop, ...); rename them"
+            )
+
+    if TYPE_CHECKING:
+        # How a *mesh* of this actor looks to a type checker: spawn() returns the class
+        # type so endpoints type-check (mesh.step.call_one(x) -> Future[R]), and these are
+        # the mesh operations next to them.
+        @property
+        def name(self) -> str: ...
+        @property
+        def shape(self) -> Shape: ...
+        @property
+        def size(self) -> int: ...
+        def slice(self, **dims: int | slice | range) -> Self: ...
+        def __getitem__(self, key: Any) -> Self: ...
+        def split(self, **dims: dict[str, int]) -> Self: ...
+        def flatten(self, label: str) -> Self: ...
+        def rename(self, **names: str) -> Self: ...
+        def stop(self) -> Future[None]: ...
+        def stats(self) -> dict[int, dict[str, Any]]: ...
+
+
+def endpoint_table(cls: type) -> dict[str, EndpointOptions]:
+    """The endpoints of an actor class (inherited ones included), by name."""
+    table: dict[str, EndpointOptions] = {}
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            if isinstance(value, Endpoint):
+                table[name] = value.options
+            elif name in table:
+                del table[name]  # overridden by a plain attribute
+    return table
+
+
+def missing_endpoint(class_name: str, name: str, table: dict[str, EndpointOptions], cls: type | None) -> EndpointNotFoundError:
+    """The error for reaching ``name`` on a mesh whose class has no such endpoint."""
+    if cls is not None and callable(getattr(cls, name, None)):
+        return EndpointNotFoundError(
+            f"'{name}' is a method of {class_name} but not an endpoint; "
+            "mark it with @endpoint to call it through a mesh"
+        )
+    known = ", ".join(sorted(table)) or "none"
+    return EndpointNotFoundError(
+        f"{class_name} has no endpoint '{name}' (its endpoints: {known})"
+    )
+
+
+class _ActorHost:
+    """What the worker's runtime holds for one actor (the core's ``Hosted``)."""
+
+    def __init__(
+        self, instance: Any, table: dict[str, EndpointOptions], context: contextvars.Context
+    ) -> None:
+        self.instance = instance
+        self.table = table
+        self.context = context
+
+    def kind(self, endpoint: str) -> EndpointKind:
+        options = self.table.get(endpoint)
+        if options is None:
+            raise missing_endpoint(type(self.instance).__qualname__, endpoint, self.table, type(self.instance))
+        return options.kind
+
+    def invoke(self, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return getattr(self.instance, endpoint)(*args, **kwargs)
+
+    def close(self) -> None:
+        self.instance = None
+
+
+@dataclass
+class SpawnSpec:
+    """What a worker needs to build the actors of a new mesh (pickled once per spawn)."""
+
+    cls: type
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    mesh_name: str
+    labels: tuple[str, ...]
+    sizes: tuple[int, ...]
+    mesh: Any = None
+
+    def actor(self, rank: int) -> tuple[Any, str, dict[str, int]]:
+        """``(factory, mesh name, coordinates)`` of the actor of this root rank."""
+        point = _unravel(self.labels, self.sizes, rank)
+        coords = dict(point)
+
+        def factory() -> _ActorHost:
+            context = contextvars.copy_context()
+            instance = context.run(self._construct, point)
+            return _ActorHost(instance, endpoint_table(self.cls), context)
+
+        return factory, self.mesh_name, coords
+
+    def _construct(self, point: Point) -> Any:
+        set_current_actor(ActorIdentity(self.mesh_name, point, self.mesh))
+        CURRENT_PREFIX.set(f"[{self.mesh_name} {point}]")
+        return self.cls(*self.args, **self.kwargs)
+
+
+def point_of(ref: Any, rank: int) -> Point:
+    """Coordinates of root rank ``rank`` of the mesh described by ``ref``."""
+    return _unravel(ref.labels, ref.sizes, rank)
+
+
+def _unravel(labels: tuple[str, ...], sizes: tuple[int, ...], rank: int) -> Point:
+    coords = []
+    for size in reversed(sizes):
+        rank, index = divmod(rank, size)
+        coords.append(index)
+    return Point(labels, sizes, tuple(reversed(coords)))

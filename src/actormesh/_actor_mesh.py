@@ -1,0 +1,206 @@
+"""``ActorMesh``: a handle on a group of actors with named dimensions.
+
+A handle is a value: slicing returns a new handle on a subset, pickling sends the handle
+to another process (an actor can then call the mesh directly, process to process). The
+mutable facts about the mesh (stopped, dead ranks, load) live in its ``MeshState``.
+Endpoints are attributes: ``mesh.step`` is the endpoint ``step`` bound to this handle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ._actor import missing_endpoint
+from ._adverbs import Adverbs
+from ._core import Runtime
+from ._core._envelope import STOP_MESH
+from ._endpoint import Endpoint, EndpointOptions
+from ._exceptions import ActorDiedError
+from ._future import Future
+from ._mesh_state import MeshState, state_of
+from ._routing import ChoosePolicy, policy_from
+from ._shape import Shape
+
+if TYPE_CHECKING:
+    from ._transport import Connection
+
+__all__ = ["ActorMesh", "MeshRef"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class MeshRef:
+    """What any process needs to call a mesh: identity, endpoints, and where each rank is.
+
+    Attributes:
+        mesh_id: unique id of the mesh.
+        name: the name given at spawn.
+        class_name: the actor class' qualified name, for messages.
+        endpoints: the class' endpoints and their options.
+        labels: dimension names of the whole mesh.
+        sizes: dimension sizes of the whole mesh.
+        paths: for each root rank, the socket path of the process hosting it.
+    """
+
+    mesh_id: str
+    name: str
+    class_name: str
+    endpoints: dict[str, EndpointOptions]
+    labels: tuple[str, ...]
+    sizes: tuple[int, ...]
+    paths: tuple[str, ...]
+
+
+class ActorMesh(Generic[T]):
+    """A group of actors of one class; returned by ``ProcMesh.spawn``, never built by users.
+
+    Endpoints are reached as attributes (``mesh.step.call(x)``). Slicing
+    (``mesh.slice(dp=0)``, ``mesh[1, :]``), ``split``, ``flatten`` and ``rename`` return
+    handles on parts of the same actors.
+    """
+
+    def __init__(self, ref: MeshRef, shape: Shape, actor_class: type | None = None) -> None:
+        self._ref = ref
+        self._shape = shape
+        self._class = actor_class
+        self._state: MeshState = state_of(ref.mesh_id, ref.name, ref.paths)
+        self._adverbs = Adverbs(self)
+        self._bound: dict[str, Endpoint[Any, Any]] = {}
+        self._route_cache: list[tuple[str, tuple[int, ...]]] | None = None
+        self._policies: dict[str, ChoosePolicy] = {}
+
+    # -- endpoints ----------------------------------------------------------------------
+
+    def __getattr__(self, name: str) -> Endpoint[Any, Any]:
+        if name.startswith("__") or name.startswith("_"):
+            raise AttributeError(name)
+        bound = self._bound.get(name)
+        if bound is None:
+            options = self._ref.endpoints.get(name)
+            if options is None:
+                raise missing_endpoint(self._ref.class_name, name, self._ref.endpoints, self._class)
+            bound = self._bound[name] = Endpoint._for_mesh(name, options, self)
+        return bound
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *self._ref.endpoints})
+
+    # -- shape --------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The name given at spawn."""
+        return self._ref.name
+
+    @property
+    def shape(self) -> Shape:
+        """Dimensions of this handle (a slice has fewer points than the whole mesh)."""
+        return self._shape
+
+    @property
+    def size(self) -> int:
+        """Number of actors in this handle."""
+        return len(self._shape)
+
+    def __len__(self) -> int:
+        return len(self._shape)
+
+    def _view(self, shape: Shape) -> ActorMesh[T]:
+        return ActorMesh(self._ref, shape, self._class)
+
+    def slice(self, **dims: int | slice | range) -> ActorMesh[T]:
+        """The actors at these coordinates; an int drops its dimension, a range keeps it."""
+        return self._view(self._shape.slice(**dims))
+
+    def __getitem__(self, key: Any) -> ActorMesh[T]:
+        return self._view(self._shape.index(key))
+
+    def split(self, **dims: dict[str, int]) -> ActorMesh[T]:
+        """Split a dimension in several: ``mesh.split(gpus={"dp": 2, "tp": 2})``."""
+        return self._view(self._shape.split(**dims))
+
+    def flatten(self, label: str) -> ActorMesh[T]:
+        """All dimensions as one, named ``label``."""
+        return self._view(self._shape.flatten(label))
+
+    def rename(self, **names: str) -> ActorMesh[T]:
+        """Rename dimensions: ``mesh.rename(gpus="dp")``."""
+        return self._view(self._shape.rename(**names))
+
+    def _routes(self) -> list[tuple[str, tuple[int, ...]]]:
+        """``(process path, ranks hosted there)`` for this handle's actors, in rank order."""
+        routes = self._route_cache
+        if routes is None:
+            grouped: dict[str, list[int]] = {}
+            for rank in self._shape.ranks:
+                grouped.setdefault(self._ref.paths[rank], []).append(rank)
+            routes = self._route_cache = [(p, tuple(r)) for p, r in grouped.items()]
+        return routes
+
+    def _policy(self, ep: Endpoint[Any, Any]) -> ChoosePolicy:
+        policy = self._policies.get(ep.name)
+        if policy is None:
+            spec = ep.options.choose if ep.options.choose is not None else self._state.choose
+            policy = self._policies[ep.name] = policy_from(spec)
+        return policy
+
+    # -- load and lifetime --------------------------------------------------------------
+
+    def stats(self) -> dict[int, dict[str, Any]]:
+        """Per root rank, as seen by this process: in flight, completed, failed, latency."""
+        return self._state.stats()
+
+    def stop(self) -> Future[None]:
+        """Drop every actor of this mesh (its processes stay up); pending calls fail."""
+        state = self._state
+        future: Future[None] = Future(Runtime.get().in_loop_thread)
+        if state.stopped:
+            future._set_result(None)
+            return future
+        state.stopped = True
+        runtime = Runtime.get()
+        request = _StopRequest(future, len(self._all_routes()))
+        req_id = runtime.register(request)
+        for path, _ in self._all_routes():
+            try:
+                conn = runtime.connection(path)
+                runtime.send(conn, (STOP_MESH, req_id, self._ref.mesh_id), [])
+                request.conns.append(conn)
+            except ActorDiedError:
+                runtime.call_soon(request.count)
+        return future
+
+    def _all_routes(self) -> list[tuple[str, tuple[int, ...]]]:
+        return self._view(Shape(self._ref.labels, self._ref.sizes, tuple(range(len(self._ref.paths)))))._routes()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ActorMesh, (self._ref, self._shape))
+
+    def __repr__(self) -> str:
+        return f"<ActorMesh '{self._ref.name}' of {self._ref.class_name} {self._shape}>"
+
+
+class _StopRequest:
+    """Waits for every process to confirm a STOP_MESH (or to be gone)."""
+
+    def __init__(self, future: Future[None], expected: int) -> None:
+        self.future = future
+        self.expected = expected
+        self.conns: list[Connection] = []
+        if expected == 0:
+            future._set_result(None)
+
+    def count(self) -> bool:
+        self.expected -= 1
+        if self.expected <= 0:
+            self.future._set_result(None)
+            return True
+        return False
+
+    def on_reply(self, rank: int, ok: bool, parts: list[memoryview]) -> bool:
+        return self.count()
+
+    def on_lost(self, conn: Connection, reason: str) -> bool:
+        return self.count() if conn in self.conns else False

@@ -1,0 +1,444 @@
+"""The adverbs: how one endpoint call reaches a mesh and how its replies come back.
+
+Every adverb pickles the arguments once, sends one frame per destination process (the
+frame names the ranks hosted there), and registers a handler that turns replies into the
+caller's ``Future``, ``ValueMesh`` or stream. Handlers run on the runtime's loop thread;
+losing a connection fails exactly the ranks that were waiting on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ._actor import point_of
+from ._core import Runtime, dumps_arguments, loads
+from ._core._envelope import CALL, error_from_payload
+from ._exceptions import ActorDiedError, ActorError, MeshStoppedError
+from ._future import Future, resolved
+from ._routing import NoCapacity, policy_from
+from ._shape import Point, ValueMesh
+from ._sharding import CallbackDispatch, as_dispatch
+
+if TYPE_CHECKING:
+    from ._actor_mesh import ActorMesh
+    from ._endpoint import Endpoint
+    from ._transport import Connection
+
+__all__ = ["Adverbs", "ResultStream"]
+
+R = TypeVar("R")
+
+
+class _Request:
+    """The replies of one request to some ranks of one mesh (a core ``ReplyHandler``)."""
+
+    def __init__(self, mesh: ActorMesh[Any], endpoint: str, ranks: tuple[int, ...]) -> None:
+        self.runtime = Runtime.get()
+        self.mesh = mesh
+        self.ref = mesh._ref
+        self.state = mesh._state
+        self.endpoint = endpoint
+        self.ranks = ranks
+        self.outstanding: dict[int, Connection] = {}
+        self.started: dict[int, float] = {}
+        self.req_id = 0
+        self.finished = False
+
+    # -- sending ------------------------------------------------------------------------
+
+    def send(self, frames: list[tuple[str, tuple[int, ...], list[Any]]]) -> None:
+        """Register, then send each ``(process path, ranks there, frame parts)``.
+
+        Every rank is marked outstanding before the first frame leaves, so a fast reply
+        can never complete the request while later frames are still being sent.
+        """
+        runtime, unreachable, ready = self.runtime, [], []
+        for path, ranks, parts in frames:
+            try:
+                conn = runtime.connection(path)
+            except ActorDiedError as error:
+                unreachable.append((ranks, error.reason))
+                continue
+            for rank in ranks:
+                self.outstanding[rank] = conn
+                self.started[rank] = self.state.started(rank)
+            ready.append((conn, ranks, parts))
+        self.req_id = runtime.register(self)
+        for conn, ranks, parts in ready:
+            try:
+                runtime.send(conn, self._header(ranks), parts)
+            except ActorDiedError as error:
+                unreachable.append((ranks, error.reason))
+        for ranks, reason in unreachable:
+            runtime.call_soon(self._fail_unreachable, ranks, reason)
+
+    def _header(self, ranks: tuple[int, ...]) -> tuple[Any, ...]:
+        return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint)
+
+    def _fail_unreachable(self, ranks: tuple[int, ...], reason: str) -> None:
+        for rank in ranks:
+            self.outstanding.pop(rank, None)
+            self._died(rank, reason)
+        if not self.outstanding:
+            self._complete()
+            self.runtime.forget(self.req_id)
+
+    # -- ReplyHandler -------------------------------------------------------------------
+
+    def on_reply(self, rank: int, ok: bool, parts: list[memoryview]) -> bool:
+        if self.outstanding.pop(rank, None) is None:
+            return not self.outstanding
+        started = self.started.pop(rank, None)
+        if started is not None:
+            self.state.finished(rank, started, ok)
+        if ok:
+            try:
+                value = loads(parts[0], parts[1:])
+            except Exception as error:
+                self._error(rank, ActorError.wrap(error, endpoint=self.endpoint, mesh=self.ref.name,
+                                                  point=dict(point_of(self.ref, rank)),
+                                                  remote_traceback="(the value could not be unpickled here)"))
+            else:
+                self._value(rank, value)
+        else:
+            self._error(rank, error_from_payload(parts[0]))
+        if not self.outstanding:
+            self._complete()
+            return True
+        return False
+
+    def on_lost(self, conn: Connection, reason: str) -> bool:
+        lost = [rank for rank, known in self.outstanding.items() if known is conn]
+        if not lost:
+            return False
+        for rank in lost:
+            del self.outstanding[rank]
+            started = self.started.pop(rank, None)
+            if started is not None:
+                self.state.finished(rank, started, False)
+            self._died(rank, reason)
+        if not self.outstanding:
+            self._complete()
+            return True
+        return False
+
+    def _died(self, rank: int, reason: str) -> None:
+        point = point_of(self.ref, rank)
+        if self.state.stopped:
+            self._error(rank, MeshStoppedError(
+                f"actor mesh '{self.ref.name}' was stopped before actor {point} answered "
+                f"endpoint '{self.endpoint}'"
+            ))
+            return
+        self.state.dead.setdefault(rank, reason)
+        error = ActorDiedError(
+            f"actor {point} of mesh '{self.ref.name}' died before answering endpoint "
+            f"'{self.endpoint}': {reason}",
+            reason=reason,
+            ranks=(rank,),
+        )
+        self._error(rank, error)
+
+    # -- outcomes (subclasses) ------------------------------------------------------------
+
+    def _value(self, rank: int, value: Any) -> None:
+        raise NotImplementedError
+
+    def _error(self, rank: int, error: BaseException) -> None:
+        raise NotImplementedError
+
+    def _complete(self) -> None:
+        """All ranks have answered or failed."""
+
+    # -- waiting ------------------------------------------------------------------------
+
+    def describe_pending(self) -> str:
+        pending = [str(point_of(self.ref, rank)) for rank in list(self.outstanding)]
+        if not pending:
+            return ""
+        return (
+            f"actor(s) {', '.join(pending)} of mesh '{self.ref.name}' had not answered "
+            f"endpoint '{self.endpoint}'"
+        )
+
+    def abandon(self) -> None:
+        """The caller gave up (timeout, cancellation): drop late replies."""
+        self.runtime.forget(self.req_id)
+        self.runtime.call_soon(self._abandon_on_loop)
+
+    def _abandon_on_loop(self) -> None:
+        for rank, started in list(self.started.items()):
+            self.state.finished(rank, started, False)
+        self.started.clear()
+        self.outstanding.clear()
+
+    def new_future(self) -> Future[Any]:
+        runtime = self.runtime
+        return Future(runtime.in_loop_thread, self.describe_pending, self.abandon)
+
+
+class _Gather(_Request):
+    """``call``: a ValueMesh of every rank's value; the first endpoint error fails it."""
+
+    def __init__(self, mesh: ActorMesh[Any], endpoint: str, transform: Callable[[ValueMesh[Any]], Any] | None = None) -> None:
+        super().__init__(mesh, endpoint, mesh._shape.ranks)
+        self.future = self.new_future()
+        self.values: dict[int, Any] = {}
+        self.deaths: dict[int, BaseException] = {}
+        self.transform = transform
+
+    def _value(self, rank: int, value: Any) -> None:
+        self.values[rank] = value
+
+    def _error(self, rank: int, error: BaseException) -> None:
+        if isinstance(error, ActorDiedError | MeshStoppedError):
+            self.deaths[rank] = error
+        else:
+            self.future._set_exception(error)
+
+    def _complete(self) -> None:
+        if self.future.done():
+            return
+        if self.deaths:
+            first = next(iter(self.deaths.values()))
+            if not isinstance(first, ActorDiedError):
+                self.future._set_exception(first)
+                return
+            ranks = tuple(sorted(self.deaths))
+            message = str(first)
+            if len(ranks) > 1:
+                message = f"{len(ranks)} actors of mesh '{self.ref.name}' died; first: {message}"
+            self.future._set_exception(
+                ActorDiedError(message, reason=first.reason, ranks=ranks, values=self.values)
+            )
+            return
+        shape = self.mesh._shape
+        result = ValueMesh(shape, [self.values[rank] for rank in shape.ranks])
+        try:
+            self.future._set_result(self.transform(result) if self.transform else result)
+        except Exception as error:
+            self.future._set_exception(error)
+
+
+class _One(_Request):
+    """``call_one`` and ``choose``: the single rank's plain value."""
+
+    def __init__(self, mesh: ActorMesh[Any], endpoint: str, rank: int) -> None:
+        super().__init__(mesh, endpoint, (rank,))
+        self.future = self.new_future()
+
+    def _value(self, rank: int, value: Any) -> None:
+        self.future._set_result(value)
+
+    def _error(self, rank: int, error: BaseException) -> None:
+        self.future._set_exception(error)
+
+
+class ResultStream(Generic[R]):
+    """Results of ``stream`` in arrival order: ``async for`` in asyncio, ``for`` in sync code.
+
+    Each item is ``(point, value)``; an endpoint error is raised when its turn comes.
+    """
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[Point, Any, BaseException | None]] = deque()
+        self._closed = False
+        self._cond = threading.Condition()
+        self._wakers: list[Callable[[], None]] = []
+
+    def _push(self, point: Point, value: Any, error: BaseException | None) -> None:
+        with self._cond:
+            self._items.append((point, value, error))
+            self._cond.notify_all()
+            wakers, self._wakers = self._wakers, []
+        for wake in wakers:
+            wake()
+
+    def _close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            wakers, self._wakers = self._wakers, []
+        for wake in wakers:
+            wake()
+
+    def _take(self) -> tuple[Point, R] | None:
+        point, value, error = self._items.popleft()
+        if error is not None:
+            raise error
+        return point, value
+
+    def __iter__(self) -> Iterator[tuple[Point, R]]:
+        while True:
+            with self._cond:
+                while not self._items and not self._closed:
+                    self._cond.wait()
+                if not self._items:
+                    return
+                item = self._take()
+            assert item is not None
+            yield item
+
+    def __aiter__(self) -> AsyncIterator[tuple[Point, R]]:
+        return self._aiter()
+
+    async def _aiter(self) -> AsyncIterator[tuple[Point, R]]:
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._cond:
+                if self._items:
+                    item = self._take()
+                elif self._closed:
+                    return
+                else:
+                    waiter = loop.create_future()
+                    self._wakers.append(lambda w=waiter: loop.call_soon_threadsafe(_settle, w))
+                    item = None
+            if item is None:
+                await waiter
+                continue
+            yield item
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class _Stream(_Request):
+    def __init__(self, mesh: ActorMesh[Any], endpoint: str) -> None:
+        super().__init__(mesh, endpoint, mesh._shape.ranks)
+        self.stream: ResultStream[Any] = ResultStream()
+
+    def _value(self, rank: int, value: Any) -> None:
+        self.stream._push(self._local_point(rank), value, None)
+
+    def _error(self, rank: int, error: BaseException) -> None:
+        self.stream._push(self._local_point(rank), None, error)
+
+    def _local_point(self, rank: int) -> Point:
+        shape = self.mesh._shape
+        return shape.point(shape.index_of_rank(rank))
+
+    def _complete(self) -> None:
+        self.stream._close()
+
+
+class Adverbs:
+    """The adverbs of one mesh handle; endpoints bound to the mesh delegate here."""
+
+    def __init__(self, mesh: ActorMesh[Any]) -> None:
+        self.mesh = mesh
+
+    def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        self.mesh._state.check_usable()
+        payload, buffers = dumps_arguments(args, kwargs)
+        return [payload, *buffers]
+
+    def call(self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[Any]:
+        parts = self._prepare(args, kwargs)
+        request = _Gather(self.mesh, ep.name)
+        request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])
+        return request.future
+
+    def call_one(self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[Any]:
+        shape = self.mesh._shape
+        if len(shape) != 1:
+            raise ValueError(
+                f"call_one needs a mesh of exactly one actor, but '{self.mesh.name}' has "
+                f"{len(shape)} actors {shape}; select one first, e.g. "
+                f"mesh.slice({', '.join(f'{label}=0' for label in shape.labels)})"
+            )
+        parts = self._prepare(args, kwargs)
+        return self._send_one(ep, shape.ranks[0], parts)
+
+    def _send_one(self, ep: Endpoint[Any, Any], rank: int, parts: list[Any]) -> Future[Any]:
+        request = _One(self.mesh, ep.name, rank)
+        request.send([(self.mesh._ref.paths[rank], (rank,), parts)])
+        return request.future
+
+    def broadcast(self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        parts = self._prepare(args, kwargs)
+        runtime, mesh_id = Runtime.get(), self.mesh._ref.mesh_id
+        for path, ranks in self.mesh._routes():
+            conn = runtime.connection(path)
+            runtime.send(conn, (CALL, 0, mesh_id, ranks, ep.name), parts)
+
+    def stream(self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> ResultStream[Any]:
+        parts = self._prepare(args, kwargs)
+        request = _Stream(self.mesh, ep.name)
+        request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])
+        return request.stream
+
+    def choose(self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[Any]:
+        parts = self._prepare(args, kwargs)
+        state = self.mesh._state
+        policy = self.mesh._policy(ep)
+        live = [rank for rank in self.mesh._shape.ranks if rank not in state.dead]
+        if not live:
+            raise ActorDiedError(
+                f"every actor of mesh '{self.mesh.name}' is dead; nothing to choose from"
+            )
+        try:
+            index = policy.choose(live, state.in_flight(live))
+        except NoCapacity:
+            return self._choose_later(ep, parts)
+        return self._send_one(ep, index, parts)
+
+    def _choose_later(self, ep: Endpoint[Any, Any], parts: list[Any]) -> Future[Any]:
+        """Wait for a rank with capacity (pull-based queue), then send."""
+        outer: Future[Any] = Future(Runtime.get().in_loop_thread)
+        state = self.mesh._state
+
+        def retry() -> None:
+            live = [rank for rank in self.mesh._shape.ranks if rank not in state.dead]
+            if not live:
+                outer._set_exception(ActorDiedError(f"every actor of mesh '{self.mesh.name}' is dead"))
+                return
+            try:
+                rank = self.mesh._policy(ep).choose(live, state.in_flight(live))
+            except NoCapacity:
+                with state._lock:
+                    state.capacity_waiters.append(retry)
+                return
+            inner = self._send_one(ep, rank, parts)
+            inner.add_done_callback(lambda f: _chain(f, outer))
+
+        with state._lock:
+            state.capacity_waiters.append(retry)
+        return outer
+
+    def shard(
+        self,
+        ep: Endpoint[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        dispatch: Any = None,
+    ) -> Future[Any]:
+        self.mesh._state.check_usable()
+        chosen = as_dispatch(dispatch if dispatch is not None else ep.options.dispatch)
+        if isinstance(chosen, CallbackDispatch):
+            result = chosen.invoke(self.mesh, ep.name, args, kwargs)
+            return result if isinstance(result, Future) else resolved(result)
+        shape, paths = self.mesh._shape, self.mesh._ref.paths
+        frames = []
+        for rank, (point_args, point_kwargs) in zip(
+            shape.ranks, chosen.split(shape, args, kwargs), strict=True
+        ):
+            payload, buffers = dumps_arguments(point_args, point_kwargs)
+            frames.append((paths[rank], (rank,), [payload, *buffers]))
+        request = _Gather(self.mesh, ep.name, transform=chosen.collect)
+        request.send(frames)
+        return request.future
+
+
+def _chain(inner: Future[Any], outer: Future[Any]) -> None:
+    error = inner.exception()
+    if error is not None:
+        outer._set_exception(error)
+    else:
+        outer._set_result(inner.result())

@@ -1,0 +1,93 @@
+"""Settings: one frozen object, read from ``ACTORMESH_*`` variables in exactly one place.
+
+Nothing here runs at import: ``Config.from_env()`` is called when a runtime starts, so a
+program may set variables before its first mesh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["Config", "OutputMode"]
+
+OutputMode = Literal["prefix", "raw", "off"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """Runtime settings.
+
+    Attributes:
+        output: what happens to actors' stdout/stderr: ``"prefix"`` forwards every line to
+            the controller prefixed with mesh name and coordinates; ``"raw"`` lets workers
+            write to the controller's terminal unprefixed; ``"off"`` discards it.
+        default_timeout: seconds every wait may take when the caller gives none
+            (``None``: wait forever; death of a peer still ends the wait).
+        spawn_timeout: seconds a process mesh may take to start.
+        stop_grace: seconds between SIGTERM and SIGKILL when stopping processes.
+        max_message_bytes: the largest message a sender may send; larger ones raise
+            ``MessageTooLargeError`` before anything is sent.
+        shm_threshold: buffers at least this large travel through shared memory between
+            processes of one host (0 disables shared memory).
+        event_loop: ``"uvloop"`` (default when installed) or ``"asyncio"``.
+        socket_dir: where Unix sockets are created (a private directory under it);
+            ``None`` uses the system's temporary directory.
+        heartbeat_interval: seconds between liveness probes of worker processes.
+        heartbeat_timeout: seconds without an answer after which a worker that is alive
+            but frozen is declared dead.
+    """
+
+    output: OutputMode = "prefix"
+    default_timeout: float | None = None
+    spawn_timeout: float = 60.0
+    stop_grace: float = 3.0
+    max_message_bytes: int = 1 << 40
+    shm_threshold: int = 1 << 20
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    socket_dir: str | None = None
+    heartbeat_interval: float = 1.0
+    heartbeat_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.output not in ("prefix", "raw", "off"):
+            raise ValueError(f"output must be 'prefix', 'raw' or 'off', not {self.output!r}")
+        if self.event_loop not in ("uvloop", "asyncio"):
+            raise ValueError(f"event_loop must be 'uvloop' or 'asyncio', not {self.event_loop!r}")
+        for name in ("spawn_timeout", "stop_grace", "heartbeat_interval", "heartbeat_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, not {getattr(self, name)!r}")
+        if self.max_message_bytes <= 0 or self.shm_threshold < 0:
+            raise ValueError("max_message_bytes must be positive and shm_threshold >= 0")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
+        """Build a Config from ``ACTORMESH_<FIELD>`` variables (upper case field names)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for field in dataclasses.fields(cls):
+            raw = env.get(f"ACTORMESH_{field.name.upper()}")
+            if raw is None or raw == "":
+                continue
+            values[field.name] = _parse(field.name, str(field.type), raw)
+        return cls(**values)  # type: ignore[arg-type]
+
+    def replace(self, **changes: object) -> Config:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _parse(name: str, type_text: str, raw: str) -> object:
+    try:
+        if raw.lower() == "none" and "None" in type_text:
+            return None
+        if type_text.startswith("float"):
+            return float(raw)
+        if type_text.startswith("int"):
+            return int(raw)
+    except ValueError:
+        raise ValueError(f"ACTORMESH_{name.upper()}={raw!r} is not a valid {type_text}") from None
+    return raw

@@ -1,0 +1,218 @@
+"""A hosted actor's mailbox: ordered, one-at-a-time execution of its messages.
+
+Messages from all senders enter one queue and run in arrival order (so one sender's
+messages run in send order), one at a time. ``async def`` endpoints run as tasks on the
+process' event loop; ``def`` endpoints run on the actor's own thread, so a blocking step
+never stalls I/O, heartbeats or other actors. Concurrent endpoints start a task at once and
+let the next message proceed. The reply is sent by whichever thread finished the work:
+there is no hop back to the loop before the caller hears.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import enum
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+__all__ = ["EndpointKind", "Hosted", "Mailbox", "Message"]
+
+
+class EndpointKind(enum.Enum):
+    """How an endpoint runs."""
+
+    ASYNC = "async"
+    SYNC = "sync"
+    CONCURRENT = "concurrent"
+
+
+class Hosted(Protocol):
+    """What the runtime needs from a hosted actor (implemented by the actor layer)."""
+
+    context: contextvars.Context
+
+    def kind(self, endpoint: str) -> EndpointKind:
+        """How ``endpoint`` runs; raises when it is not an endpoint."""
+        ...
+
+    def invoke(self, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Call the endpoint: a value for ``def`` ones, a coroutine for ``async`` ones."""
+        ...
+
+    def close(self) -> None:
+        """The actor is being dropped (mesh stopped)."""
+        ...
+
+
+class Message(Protocol):
+    """One delivery to one actor: what to run and how to answer."""
+
+    endpoint: str
+
+    def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call's arguments, unpickled for this actor."""
+        ...
+
+    def succeed(self, value: Any) -> None:
+        """Send the endpoint's value to the caller (any thread)."""
+        ...
+
+    def fail(self, error: BaseException) -> None:
+        """Send the endpoint's exception to the caller (any thread)."""
+        ...
+
+
+_STOP = object()
+
+
+class Mailbox:
+    """Ordered execution for one hosted actor.
+
+    Args:
+        loop: the process' event loop; ``deliver`` must be called on its thread.
+        name: label of the actor's thread.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
+        self._loop = loop
+        self._queue: deque[Message] = deque()
+        self._running = False
+        self._closed = False
+        self._host: Hosted | None = None
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._thread_main, name=name, daemon=True)
+        self._thread.start()
+
+    def construct(
+        self, factory: Callable[[], Hosted], done: Callable[[BaseException | None], None]
+    ) -> None:
+        """Build the actor on its own thread (``__init__`` may block), then call ``done``."""
+        self._running = True  # messages wait until the actor exists
+        self._jobs.put((self._construct, factory, done))
+
+    def _construct(
+        self, factory: Callable[[], Hosted], done: Callable[[BaseException | None], None]
+    ) -> None:
+        try:
+            self._host = factory()
+        except BaseException as error:
+            self._loop.call_soon_threadsafe(self._after_construct, error, done)
+            return
+        self._loop.call_soon_threadsafe(self._after_construct, None, done)
+
+    def _after_construct(
+        self, error: BaseException | None, done: Callable[[BaseException | None], None]
+    ) -> None:
+        self._running = False
+        if error is not None:
+            self._closed = True
+        done(error)
+        self._kick()
+
+    def deliver(self, message: Message) -> None:
+        """Queue a message; call on the loop thread."""
+        if self._closed:
+            from .._exceptions import MeshStoppedError
+
+            message.fail(MeshStoppedError("the actor was stopped"))
+            return
+        self._queue.append(message)
+        self._kick()
+
+    def _kick(self) -> None:
+        if not self._running and self._queue and self._host is not None:
+            self._running = True
+            self._loop.create_task(self._drain(), context=self._host.context)
+
+    async def _drain(self) -> None:
+        host = self._host
+        assert host is not None
+        try:
+            while self._queue and not self._closed:
+                message = self._queue.popleft()
+                try:
+                    kind = host.kind(message.endpoint)
+                    args, kwargs = message.arguments()
+                except BaseException as error:
+                    message.fail(error)
+                    continue
+                if kind is EndpointKind.SYNC:
+                    finished = self._loop.create_future()
+                    self._jobs.put((self._run_sync, host, message, args, kwargs, finished))
+                    await finished
+                elif kind is EndpointKind.ASYNC:
+                    await self._run_async(host, message, args, kwargs)
+                else:
+                    self._loop.create_task(
+                        self._run_async(host, message, args, kwargs), context=host.context
+                    )
+        finally:
+            self._running = False
+        if self._queue and not self._closed:
+            self._kick()
+
+    @staticmethod
+    async def _run_async(
+        host: Hosted, message: Message, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        try:
+            value = await host.invoke(message.endpoint, args, kwargs)
+        except BaseException as error:
+            message.fail(error)
+            if not isinstance(error, Exception):
+                raise
+            return
+        message.succeed(value)
+
+    def _run_sync(
+        self,
+        host: Hosted,
+        message: Message,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        finished: asyncio.Future[None],
+    ) -> None:
+        try:
+            value = host.invoke(message.endpoint, args, kwargs)
+        except BaseException as error:
+            message.fail(error)
+        else:
+            message.succeed(value)
+        self._loop.call_soon_threadsafe(_resolve, finished)
+
+    def _thread_main(self) -> None:
+        # Jobs run in a copy of the actor's context (current actor, rank): a Context can be
+        # entered by one thread at a time, and the loop's tasks use the original.
+        context: contextvars.Context | None = None
+        while True:
+            job = self._jobs.get()
+            if job is _STOP:
+                return
+            fn, *args = job
+            if context is None and self._host is not None:
+                context = self._host.context.copy()
+            if context is None:
+                fn(*args)
+            else:
+                context.run(fn, *args)
+
+    def close(self) -> None:
+        """Drop the actor: queued messages fail, the thread ends after its current job."""
+        from .._exceptions import MeshStoppedError
+
+        self._closed = True
+        while self._queue:
+            self._queue.popleft().fail(MeshStoppedError("the actor's mesh was stopped"))
+        host = self._host
+        if host is not None:
+            self._jobs.put((host.close,))
+        self._jobs.put(_STOP)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

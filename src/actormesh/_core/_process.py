@@ -1,0 +1,134 @@
+"""Worker processes on this host: launching them, watching them die, killing them.
+
+A worker is ``python -m actormesh._bootstrap`` with its identity in the environment. Its
+exit is seen at once through a pidfd on the owner's event loop (no polling), which gives
+the exit code or signal for error messages.
+
+No orphans: each worker starts in its own session (so its whole process group can be
+killed), asks the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``, set by the
+bootstrap), and exits when its connection to the owner closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+
+__all__ = ["ChildProcess", "describe_exit", "kill_process_group", "launch"]
+
+
+def describe_exit(returncode: int | None) -> str:
+    """Words for an exit status, e.g. "killed by SIGKILL (possibly out of memory)"."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        text = f"killed by {name}"
+        if -returncode == signal.SIGKILL:
+            text += " (possibly out of memory, or killed by a user)"
+        return text
+    return f"exited with code {returncode}"
+
+
+class ChildProcess:
+    """A worker process started by this one.
+
+    Attributes:
+        key: unique name of the process within the job.
+        rank: its rank in its process mesh.
+        listen_path: where it accepts connections.
+        popen: the ``subprocess.Popen`` object.
+    """
+
+    def __init__(self, key: str, rank: int, listen_path: str, popen: subprocess.Popen[bytes]):
+        self.key = key
+        self.rank = rank
+        self.listen_path = listen_path
+        self.popen = popen
+        self.pid = popen.pid
+        self._pidfd: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit status once reaped (negative: killed by that signal)."""
+        return self.popen.returncode
+
+    def watch(self, loop: asyncio.AbstractEventLoop, on_exit: Callable[[ChildProcess], None]) -> None:
+        """Call ``on_exit`` on ``loop`` once the process has exited and been reaped."""
+        self._loop = loop
+        try:
+            self._pidfd = os.pidfd_open(self.pid)
+        except (OSError, AttributeError):
+            self._pidfd = None
+        if self._pidfd is None:  # very old kernels: the child watcher of last resort
+            loop.run_in_executor(None, self._wait_then, on_exit)
+            return
+
+        def readable() -> None:
+            assert self._pidfd is not None
+            loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+            self.popen.wait()
+            on_exit(self)
+
+        loop.add_reader(self._pidfd, readable)
+
+    def _wait_then(self, on_exit: Callable[[ChildProcess], None]) -> None:
+        self.popen.wait()
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(on_exit, self)
+
+    def alive(self) -> bool:
+        """True until the process has been reaped."""
+        return self.popen.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the worker and everything it started."""
+        kill_process_group(self.pid, sig)
+
+
+def kill_process_group(pid: int, sig: int) -> None:
+    """Signal the process group led by ``pid`` (workers lead their own), ignoring the gone."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def launch(
+    *,
+    key: str,
+    rank: int,
+    listen_path: str,
+    env: Mapping[str, str],
+    output: str,
+) -> ChildProcess:
+    """Start one worker; its stdout/stderr are pipes when ``output`` is "prefix"."""
+    if output == "prefix":
+        stdout: int | None = subprocess.PIPE
+    elif output == "off":
+        stdout = subprocess.DEVNULL
+    else:
+        stdout = None
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "actormesh._bootstrap"],
+        env={**os.environ, **env},
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stdout,
+        start_new_session=True,
+        close_fds=True,
+    )
+    return ChildProcess(key, rank, listen_path, popen)

@@ -1,0 +1,130 @@
+"""Serialization: pickle protocol 5 with out-of-band buffers, code by value when needed.
+
+``dumps`` returns the pickle and the list of large buffers it refers to (numpy arrays,
+tensors, ``PickleBuffer``s) without copying them into the pickle; the transport sends them
+as separate frame parts and ``loads`` maps them back.
+
+Classes and functions that the receiving process cannot import (defined in ``__main__``,
+in a notebook cell, inside a function, lambdas) are pickled by value with cloudpickle,
+imported only when such an object is met. Torch tensors are handled by a reducer loaded
+only when torch is already imported by the program.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+from .._exceptions import SerializationError
+
+__all__ = ["dumps", "dumps_arguments", "loads"]
+
+
+def _by_value(obj: Any) -> bool:
+    module = getattr(obj, "__module__", None)
+    if module == "__main__" or module == "__mp_main__":
+        return True
+    qualname = getattr(obj, "__qualname__", "")
+    return "<locals>" in qualname or "<lambda>" in qualname
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        kind = type(obj)
+        if kind is types.FunctionType or isinstance(obj, type):
+            if _by_value(obj):
+                import cloudpickle
+
+                return pickle.loads, (cloudpickle.dumps(obj, protocol=5),)
+            return NotImplemented
+        if "torch" in sys.modules and kind.__module__.startswith("torch"):
+            from ._tensors import reduce_tensor
+
+            return reduce_tensor(obj)
+        return NotImplemented
+
+
+def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    """Pickle ``obj``; returns the pickle and its out-of-band buffers.
+
+    Raises:
+        SerializationError: naming the part of ``obj`` that cannot be pickled.
+    """
+    buffers: list[pickle.PickleBuffer] = []
+    stream = io.BytesIO()
+    try:
+        _Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(obj)
+    except Exception as error:
+        raise SerializationError(_describe_failure(obj, error)) from error
+    return stream.getvalue(), buffers
+
+
+def dumps_arguments(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    """Pickle a call's ``(args, kwargs)``; errors name the argument, e.g. ``args[1]['w']``."""
+    try:
+        return dumps((args, kwargs))
+    except SerializationError as error:
+        for path, value in (*_children(args, "args"), *_children(kwargs, "kwargs")):
+            try:
+                dumps(value)
+            except SerializationError:
+                where, leaf = _first_unpicklable(value, path, depth=0)
+                cause = error.__cause__ or error
+                raise SerializationError(
+                    f"cannot pickle {where}: {_short_repr(leaf)} of type "
+                    f"{type(leaf).__qualname__} ({type(cause).__name__}: {cause}); "
+                    "nothing was sent"
+                ) from cause
+        raise
+
+
+def loads(payload: Any, buffers: Any = ()) -> Any:
+    """Unpickle what ``dumps`` produced (the buffers in the same order)."""
+    return pickle.loads(payload, buffers=buffers)
+
+
+def _describe_failure(obj: Any, error: Exception) -> str:
+    path, leaf = _first_unpicklable(obj, "value", depth=0)
+    detail = f"{type(error).__name__}: {error}"
+    if leaf is None:
+        return f"cannot pickle {path} ({detail})"
+    return f"cannot pickle {path}: {_short_repr(leaf)} of type {type(leaf).__qualname__} ({detail})"
+
+
+def _first_unpicklable(obj: Any, path: str, depth: int) -> tuple[str, Any]:
+    """The deepest reachable part of ``obj`` that fails to pickle, and its path."""
+    if depth < 8:
+        for child_path, child in _children(obj, path):
+            try:
+                _Pickler(io.BytesIO(), protocol=5, buffer_callback=lambda _: None).dump(child)
+            except Exception:
+                return _first_unpicklable(child, child_path, depth + 1)
+    return path, obj
+
+
+def _children(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield f"{path}[{key!r}]", value
+    elif isinstance(obj, list | tuple | set | frozenset):
+        for index, value in enumerate(obj):
+            yield f"{path}[{index}]", value
+    else:
+        state = getattr(obj, "__dict__", None)
+        if isinstance(state, dict):
+            for key, value in state.items():
+                yield f"{path}.{key}", value
+
+
+def _short_repr(obj: Any) -> str:
+    try:
+        text = repr(obj)
+    except Exception:
+        text = f"<{type(obj).__qualname__}>"
+    return text if len(text) <= 80 else text[:77] + "..."

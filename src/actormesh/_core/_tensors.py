@@ -1,0 +1,64 @@
+"""Torch tensors on the out-of-band path, loaded only when the program uses torch.
+
+A CPU tensor is sent as its raw bytes in a ``PickleBuffer`` (a view of the tensor's memory,
+no copy) plus dtype and shape; the receiver builds the tensor over the received buffer,
+again without a copy. Tensors that need torch's own pickling (sparse, quantized, on a
+device, subclasses) keep it.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import torch
+
+__all__ = ["reduce_tensor"]
+
+
+def reduce_tensor(obj: Any) -> Any:
+    """The reduction of a plain dense CPU tensor; ``NotImplemented`` for anything else."""
+    if type(obj) is not torch.Tensor and type(obj) is not torch.nn.Parameter:
+        return NotImplemented
+    tensor: torch.Tensor = obj
+    if tensor.layout != torch.strided or tensor.device.type != "cpu" or tensor.is_quantized:
+        return NotImplemented
+    data = tensor.detach()
+    if not data.is_contiguous():
+        data = data.contiguous()
+    is_parameter = type(obj) is torch.nn.Parameter
+    if data.numel() == 0:
+        return _rebuild_empty, (data.dtype, tuple(data.shape), tensor.requires_grad, is_parameter)
+    raw = data.reshape(-1).view(torch.uint8).numpy()
+    return _rebuild, (
+        pickle.PickleBuffer(raw),
+        data.dtype,
+        tuple(data.shape),
+        tensor.requires_grad,
+        is_parameter,
+    )
+
+
+def _rebuild(
+    buffer: Any, dtype: torch.dtype, shape: tuple[int, ...], requires_grad: bool, param: bool
+) -> torch.Tensor:
+    view = memoryview(buffer)
+    if view.readonly:
+        # Buffers that came in-band (protocol < 5 consumers) are immutable: copy once.
+        view = memoryview(bytearray(view))
+    tensor = torch.frombuffer(view, dtype=torch.uint8).view(dtype).reshape(shape)
+    return _finish(tensor, requires_grad, param)
+
+
+def _rebuild_empty(
+    dtype: torch.dtype, shape: tuple[int, ...], requires_grad: bool, param: bool
+) -> torch.Tensor:
+    return _finish(torch.empty(shape, dtype=dtype), requires_grad, param)
+
+
+def _finish(tensor: torch.Tensor, requires_grad: bool, param: bool) -> torch.Tensor:
+    if param:
+        return torch.nn.Parameter(tensor, requires_grad=requires_grad)
+    if requires_grad:
+        tensor.requires_grad_(True)
+    return tensor

@@ -1,0 +1,185 @@
+"""``@endpoint``: marks the methods of an actor that other processes may call.
+
+On an actor class, an endpoint is a descriptor: inside the actor, ``self.step(x)`` is a
+plain method call. Reached through an actor mesh (``mesh.step``) it is bound to that mesh
+and offers the adverbs: ``call``/``all``, ``call_one``, ``broadcast``, ``choose``,
+``stream`` and ``shard``. The descriptor is typed with ``ParamSpec`` so
+``await mesh.step.call_one(x)`` type-checks as the endpoint's return type.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+
+from ._core import EndpointKind
+
+if TYPE_CHECKING:
+    from ._adverbs import ResultStream
+    from ._future import Future
+    from ._shape import ValueMesh
+
+__all__ = ["Endpoint", "EndpointOptions", "endpoint"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class EndpointOptions:
+    """How an endpoint runs and is routed; travels with mesh references.
+
+    Attributes:
+        kind: async, sync (runs on the actor's thread) or concurrent.
+        dispatch: the default ``shard`` dispatch (a ``Dispatch`` or a Ray-style function).
+        choose: the default ``choose`` policy name or object, or ``None`` for the mesh's.
+        idempotent: safe to run again after a restart.
+    """
+
+    kind: EndpointKind
+    dispatch: Any = None
+    choose: Any = None
+    idempotent: bool = False
+
+
+class Endpoint(Generic[P, R]):
+    """An endpoint: a method of an actor class, bound to a mesh when reached through one."""
+
+    def __init__(
+        self, fn: Callable[..., Any], options: EndpointOptions, mesh: Any = None
+    ) -> None:
+        self._fn = fn
+        self.name: str = fn.__name__
+        self.options = options
+        self._mesh = mesh
+        functools.update_wrapper(self, fn)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> Endpoint[P, R]: ...
+    @overload
+    def __get__(self, instance: object, owner: type) -> Endpoint[P, R]: ...
+    def __get__(self, instance: object | None, owner: type) -> Any:
+        if instance is None:
+            return self
+        return self._fn.__get__(instance, owner)
+
+    @classmethod
+    def _for_mesh(cls, name: str, options: EndpointOptions, mesh: Any) -> Endpoint[Any, Any]:
+        """The endpoint ``name`` bound to ``mesh`` (the function itself is not needed)."""
+        bound: Endpoint[Any, Any] = cls.__new__(cls)
+        bound._fn = None  # type: ignore[assignment]
+        bound.name = name
+        bound.options = options
+        bound._mesh = mesh
+        return bound
+
+    def _target(self) -> Any:
+        if self._mesh is None:
+            raise TypeError(
+                f"endpoint '{self.name}' is not bound to a mesh: call it through an actor "
+                f"mesh, e.g. `await mesh.{self.name}.call(...)`"
+            )
+        return self._mesh
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Inside the actor (``self.step(x)``) this is the plain method call."""
+        raise TypeError(
+            f"endpoint '{self.name}' of an actor mesh is not called directly: use an adverb "
+            f"such as `mesh.{self.name}.call(...)` or `.call_one(...)`"
+        )
+
+    # -- adverbs ------------------------------------------------------------------------
+
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> Future[ValueMesh[R]]:
+        """Call every actor of the mesh; the future's value has one result per actor."""
+        return self._target()._adverbs.call(self, args, kwargs)  # type: ignore[no-any-return]
+
+    def all(self, *args: P.args, **kwargs: P.kwargs) -> Future[ValueMesh[R]]:
+        """Ray ActorMesh vocabulary: the same as ``call``."""
+        return self.call(*args, **kwargs)
+
+    def call_one(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+        """Call the single actor of a singleton mesh (a slice of one); its plain value."""
+        return self._target()._adverbs.call_one(self, args, kwargs)  # type: ignore[no-any-return]
+
+    def broadcast(self, *args: P.args, **kwargs: P.kwargs) -> None:
+        """Send to every actor without waiting; failures go to the mesh's owner."""
+        self._target()._adverbs.broadcast(self, args, kwargs)
+
+    def choose(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+        """Call one actor picked by the mesh's choose policy (load-aware by default)."""
+        return self._target()._adverbs.choose(self, args, kwargs)  # type: ignore[no-any-return]
+
+    def stream(self, *args: P.args, **kwargs: P.kwargs) -> ResultStream[R]:
+        """Call every actor; iterate ``(point, value)`` pairs in arrival order."""
+        return self._target()._adverbs.stream(self, args, kwargs)  # type: ignore[no-any-return]
+
+    def shard(self, *args: P.args, **kwargs: P.kwargs) -> Future[Any]:
+        """Split the arguments across the actors with the endpoint's dispatch; combine."""
+        return self._target()._adverbs.shard(self, args, kwargs)  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        where = "unbound" if self._mesh is None else f"bound to {self._mesh!r}"
+        return f"<endpoint {self.name} ({self.options.kind.value}), {where}>"
+
+
+@overload
+def endpoint(fn: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]], /) -> Endpoint[P, R]: ...
+@overload
+def endpoint(fn: Callable[Concatenate[Any, P], R], /) -> Endpoint[P, R]: ...
+@overload
+def endpoint(
+    *,
+    concurrent: bool = False,
+    dispatch: Any = None,
+    choose: Any = None,
+    idempotent: bool = False,
+) -> Callable[[Callable[..., Any]], Endpoint[Any, Any]]: ...
+def endpoint(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    concurrent: bool = False,
+    dispatch: Any = None,
+    choose: Any = None,
+    idempotent: bool = False,
+) -> Any:
+    """Mark an actor method as an endpoint; bare (``@endpoint``) or with options.
+
+    Args:
+        concurrent: let this ``async def`` endpoint run concurrently with the actor's other
+            messages instead of one at a time.
+        dispatch: default ``shard`` dispatch: a ``Dispatch`` (such as ``split_along("dp")``)
+            or a Ray-style ``fn(mesh, method_name, *args, **kwargs)``.
+        choose: default ``choose`` policy for this endpoint.
+        idempotent: the endpoint may be re-run after a rank restarts.
+    """
+
+    def decorate(method: Callable[..., Any]) -> Endpoint[Any, Any]:
+        if isinstance(method, Endpoint):
+            raise TypeError(f"@endpoint applied twice to '{method.name}'")
+        if not callable(method):
+            raise TypeError(f"@endpoint needs a function, got {type(method).__name__}")
+        is_async = inspect.iscoroutinefunction(method)
+        if concurrent and not is_async:
+            raise TypeError(
+                f"@endpoint(concurrent=True) needs an `async def` method; "
+                f"'{method.__name__}' is a plain `def`"
+            )
+        if concurrent:
+            kind = EndpointKind.CONCURRENT
+        elif is_async:
+            kind = EndpointKind.ASYNC
+        else:
+            kind = EndpointKind.SYNC
+        return Endpoint(method, EndpointOptions(kind, dispatch, choose, idempotent))
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate

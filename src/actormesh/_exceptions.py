@@ -1,0 +1,263 @@
+"""Every error actormesh raises, in one place.
+
+The tree::
+
+    ActorMeshError                      base of everything below
+    ├── ActorError                      an endpoint raised; also an instance of the
+    │                                   original exception's type (``except ValueError``
+    │                                   works), with the remote traceback and who raised
+    ├── ActorInitError                  an actor's ``__init__`` raised during spawn
+    ├── ActorDiedError                  the process hosting an actor died (Broken: not you)
+    ├── MeshStoppedError                the mesh was stopped (Closed: you stopped it)
+    ├── CallTimeoutError                a wait ran out of time (also a ``TimeoutError``)
+    ├── EndpointNotFoundError           the name is not an endpoint (also ``AttributeError``)
+    ├── SerializationError              an argument or result cannot be pickled (also
+    │                                   ``TypeError``), naming the offending object
+    ├── MessageTooLargeError            a message exceeds the configured limit (also
+    │                                   ``ValueError``), raised at the sender
+    └── SupervisionError                a failure nobody handled reached the controller
+
+Remote exceptions keep their type by building, on first use, a subclass of both
+``ActorError`` and the original type. Every class here pickles: ``ActorError`` rebuilds its
+dynamic subclass on unpickling.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+__all__ = [
+    "ActorDiedError",
+    "ActorError",
+    "ActorInitError",
+    "ActorMeshError",
+    "CallTimeoutError",
+    "EndpointNotFoundError",
+    "MessageTooLargeError",
+    "MeshStoppedError",
+    "SerializationError",
+    "SupervisionError",
+]
+
+
+class ActorMeshError(Exception):
+    """Base class of every error raised by actormesh."""
+
+
+class ActorError(ActorMeshError):
+    """An endpoint raised an exception.
+
+    Attributes:
+        cause: the original exception, unpickled on the caller, or ``None`` when its type
+            could not be loaded here (then ``cause_type`` still names it).
+        cause_type: qualified name of the original exception type.
+        remote_traceback: the traceback formatted where the exception was raised.
+        mesh: name of the actor mesh the failing actor belongs to.
+        point: coordinates of the failing actor, as a ``{dimension: index}`` dict.
+        endpoint: the endpoint that raised.
+    """
+
+    cause: BaseException | None
+    cause_type: str
+    cause_message: str
+    remote_traceback: str
+    mesh: str
+    point: dict[str, int]
+    endpoint: str
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ActorError:
+        # BaseException.__new__ stores the positional args; keep them out so that the
+        # dynamic subclass' args mirror the cause's (``e.args[0]`` of a KeyError works).
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        cause: BaseException | None,
+        *,
+        cause_type: str = "",
+        cause_message: str = "",
+        remote_traceback: str = "",
+        mesh: str = "",
+        point: dict[str, int] | None = None,
+        endpoint: str = "",
+    ) -> None:
+        self.cause = cause
+        self.cause_type = cause_type or (_qualname(type(cause)) if cause else "Exception")
+        self.cause_message = cause_message or (str(cause) if cause is not None else "")
+        self.remote_traceback = remote_traceback
+        self.mesh = mesh
+        self.point = dict(point or {})
+        self.endpoint = endpoint
+        self.args = cause.args if cause is not None else (self.cause_message,)
+        if cause is not None:
+            self.__cause__ = cause
+
+    @classmethod
+    def wrap(cls, cause: BaseException | None, **fields: Any) -> ActorError:
+        """Build the error for ``cause``, as an instance of ``cause``'s type when possible."""
+        error_cls = _combined_class(cls, type(cause)) if cause is not None else cls
+        return error_cls(cause, **fields)
+
+    def where(self) -> str:
+        """Who raised: endpoint, mesh and coordinates, for messages."""
+        coords = ", ".join(f"{k}={v}" for k, v in self.point.items())
+        return f"endpoint '{self.endpoint}' of mesh '{self.mesh}' at {{{coords}}}"
+
+    def __str__(self) -> str:
+        text = f"{self.cause_type}: {self.cause_message} (raised by {self.where()})"
+        if self.remote_traceback:
+            text += "\n\nRemote traceback:\n" + self.remote_traceback.rstrip()
+        return text
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        base = next(c for c in type(self).__mro__ if c.__dict__.get("_actormesh_base", True))
+        return (_rebuild_actor_error, (base, self.cause, self._fields()))
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "cause_type": self.cause_type,
+            "cause_message": self.cause_message,
+            "remote_traceback": self.remote_traceback,
+            "mesh": self.mesh,
+            "point": self.point,
+            "endpoint": self.endpoint,
+        }
+
+
+class ActorInitError(ActorError):
+    """An actor's ``__init__`` raised while its mesh was being spawned."""
+
+    def where(self) -> str:
+        coords = ", ".join(f"{k}={v}" for k, v in self.point.items())
+        return f"__init__ of mesh '{self.mesh}' at {{{coords}}}"
+
+
+class ActorDiedError(ActorMeshError):
+    """The process hosting an actor died, or the connection to it broke.
+
+    Attributes:
+        reason: what the runtime knows of the death (exit code, signal, lost connection).
+        ranks: root ranks of the actors that are gone, when known.
+        values: for a ``call`` over many actors, the values of the ranks that did answer,
+            as ``{rank: value}``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str = "",
+        ranks: tuple[int, ...] = (),
+        values: dict[int, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.ranks = ranks
+        self.values = dict(values or {})
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_kw, (type(self), self.args, self.__dict__))
+
+
+class MeshStoppedError(ActorMeshError):
+    """The mesh was stopped: pending calls fail with this and new calls are refused."""
+
+
+class CallTimeoutError(ActorMeshError, TimeoutError):
+    """A wait ran out of time.
+
+    Attributes:
+        pending: root ranks that had not answered.
+    """
+
+    def __init__(self, message: str, *, pending: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.pending = pending
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_kw, (type(self), self.args, self.__dict__))
+
+
+class EndpointNotFoundError(ActorMeshError, AttributeError):
+    """The name is not an endpoint of the actor class (unknown, or not ``@endpoint``)."""
+
+
+class SerializationError(ActorMeshError, TypeError):
+    """A value cannot be pickled; the message names the offending object."""
+
+
+class MessageTooLargeError(ActorMeshError, ValueError):
+    """A message is larger than ``Config.max_message_bytes``; raised before sending."""
+
+
+class SupervisionError(ActorMeshError):
+    """A failure of an owned mesh that no ``__supervise__`` hook handled.
+
+    Attributes:
+        failure: the failure record (mesh, ranks, cause).
+    """
+
+    def __init__(self, message: str, failure: Any = None) -> None:
+        super().__init__(message)
+        self.failure = failure
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_kw, (type(self), self.args, self.__dict__))
+
+
+_COMBINED: dict[tuple[type, type], type] = {}
+
+
+def _combined_class(base: type[ActorError], cause_type: type[BaseException]) -> type[ActorError]:
+    """A subclass of ``base`` and ``cause_type``, cached; ``base`` when they cannot mix."""
+    if issubclass(cause_type, base) or not issubclass(cause_type, Exception):
+        return base
+    key = (base, cause_type)
+    combined = _COMBINED.get(key)
+    if combined is None:
+        try:
+            combined = type(
+                f"{base.__name__}[{cause_type.__name__}]",
+                (base, cause_type),
+                {"_actormesh_base": False, "__module__": "actormesh", "__str__": base.__str__},
+            )
+        except TypeError:  # layout conflicts, final types: keep the cause in .cause only
+            combined = base
+        _COMBINED[key] = combined
+    return combined
+
+
+def _rebuild_actor_error(
+    base: type[ActorError], cause: BaseException | None, fields: dict[str, Any]
+) -> ActorError:
+    return base.wrap(cause, **fields)
+
+
+def _rebuild_kw(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
+def _qualname(cls: type) -> str:
+    module = cls.__module__
+    if module in ("builtins", builtins.__name__):
+        return cls.__qualname__
+    return f"{module}.{cls.__qualname__}"
+
+
+for _cls in (
+    ActorMeshError,
+    ActorError,
+    ActorInitError,
+    ActorDiedError,
+    MeshStoppedError,
+    CallTimeoutError,
+    EndpointNotFoundError,
+    SerializationError,
+    MessageTooLargeError,
+    SupervisionError,
+):
+    _cls.__module__ = "actormesh"

@@ -1,0 +1,171 @@
+"""``Future``: the result of every adverb, usable from sync code, asyncio and Jupyter.
+
+``await fut`` suspends only the awaiting task; ``fut.get(timeout)`` blocks the calling
+thread. Results are set by the runtime's loop thread; a waiter on another event loop is
+woken with ``call_soon_threadsafe``, a blocked thread by releasing a lock. ``get`` on the
+runtime's own loop thread raises: it would wait for the thread it blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Generator
+from typing import Any, Generic, TypeVar
+
+from ._exceptions import CallTimeoutError
+
+__all__ = ["Future"]
+
+R = TypeVar("R")
+_PENDING, _DONE, _FAILED = 0, 1, 2
+
+
+class Future(Generic[R]):
+    """The eventual result of a call. Users get these from adverbs; never build one."""
+
+    __slots__ = ("__weakref__", "_callbacks", "_lock", "_loop_thread", "_on_cancel", "_on_timeout", "_state", "_value")
+
+    def __init__(
+        self,
+        loop_thread: Callable[[], bool] | None = None,
+        on_timeout: Callable[[], str] | None = None,
+        on_cancel: Callable[[], None] | None = None,
+    ) -> None:
+        self._state = _PENDING
+        self._value: Any = None
+        self._callbacks: list[Callable[[Future[R]], None]] = []
+        self._lock = threading.Lock()
+        self._loop_thread = loop_thread
+        self._on_timeout = on_timeout
+        self._on_cancel = on_cancel
+
+    # -- resolution (runtime side) ------------------------------------------------------
+
+    def _set_result(self, value: R) -> None:
+        self._finish(_DONE, value)
+
+    def _set_exception(self, error: BaseException) -> None:
+        self._finish(_FAILED, error)
+
+    def _finish(self, state: int, value: Any) -> None:
+        with self._lock:
+            if self._state != _PENDING:
+                return  # first outcome wins (a late reply after a timeout, say)
+            self._state, self._value = state, value
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    # -- inspection ---------------------------------------------------------------------
+
+    def done(self) -> bool:
+        """True once a value or an error is set."""
+        return self._state != _PENDING
+
+    def result(self) -> R:
+        """The value now; raises the error, or ``RuntimeError`` if not done yet."""
+        if self._state == _DONE:
+            return self._value  # type: ignore[no-any-return]
+        if self._state == _FAILED:
+            raise self._value
+        raise RuntimeError("the future is not done yet; use get() or await it")
+
+    def exception(self) -> BaseException | None:
+        """The error if it failed, else ``None`` (``RuntimeError`` if not done)."""
+        if self._state == _PENDING:
+            raise RuntimeError("the future is not done yet")
+        return self._value if self._state == _FAILED else None
+
+    def add_done_callback(self, fn: Callable[[Future[R]], None]) -> None:
+        """Call ``fn(self)`` when done (at once if already done), on the resolving thread."""
+        with self._lock:
+            if self._state == _PENDING:
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    # -- waiting ------------------------------------------------------------------------
+
+    def get(self, timeout: float | None = None) -> R:
+        """Block until done and return the value (or raise the error).
+
+        Args:
+            timeout: seconds to wait; on expiry ``CallTimeoutError`` says what was pending,
+                and the call is abandoned (a late reply is dropped).
+
+        Raises:
+            RuntimeError: called on the runtime's event-loop thread (inside an async
+                endpoint, say), where blocking would deadlock: use ``await`` there.
+        """
+        if self._state == _PENDING:
+            if self._loop_thread is not None and self._loop_thread():
+                raise RuntimeError(
+                    "Future.get() called on actormesh's event-loop thread, where it would "
+                    "deadlock; use `await future` in async endpoints"
+                )
+            waiter = threading.Lock()
+            waiter.acquire()
+            self.add_done_callback(lambda _: waiter.release())
+            if not waiter.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+                self._expire(timeout)
+        return self.result()
+
+    def _expire(self, timeout: float | None) -> None:
+        detail = self._on_timeout() if self._on_timeout is not None else ""
+        message = f"timed out after {timeout:g} s" + (f": {detail}" if detail else "")
+        self._finish(_FAILED, CallTimeoutError(message))
+        if self._on_cancel is not None:
+            self._on_cancel()
+
+    def cancel(self) -> bool:
+        """Abandon the call: waiters get ``asyncio.CancelledError``; True if it was pending."""
+        if self._state != _PENDING:
+            return False
+        self._finish(_FAILED, asyncio.CancelledError("the call was cancelled"))
+        if self._on_cancel is not None:
+            self._on_cancel()
+        return True
+
+    def cancelled(self) -> bool:
+        """True if ``cancel()`` ended it."""
+        return self._state == _FAILED and isinstance(self._value, asyncio.CancelledError)
+
+    def __await__(self) -> Generator[Any, None, R]:
+        if self._state == _PENDING:
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            if self._loop_thread is not None and self._loop_thread():
+                self.add_done_callback(lambda f: _wake(waiter, f))
+            else:
+                self.add_done_callback(lambda f: _wake_threadsafe(loop, waiter, f))
+            try:
+                yield from waiter.__await__()
+            except asyncio.CancelledError:
+                self.cancel()
+                raise
+        return self.result()
+
+    def __repr__(self) -> str:
+        state = {_PENDING: "pending", _DONE: "done", _FAILED: "failed"}[self._state]
+        return f"<actormesh.Future {state}>"
+
+
+def _wake(waiter: asyncio.Future[None], _: Future[Any]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _wake_threadsafe(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None], f: Future[Any]) -> None:
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(_wake, waiter, f)
+
+
+def resolved(value: R) -> Future[R]:
+    """A future that is already done (for adverbs answered without I/O)."""
+    future: Future[R] = Future()
+    future._set_result(value)
+    return future
+
+
+Future.__module__ = "actormesh"

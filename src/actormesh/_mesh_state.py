@@ -1,0 +1,143 @@
+"""What this process knows of an actor mesh: liveness, load, and unhandled failures.
+
+Mesh handles are cheap values (slices and pickled copies abound); the mutable facts about
+a mesh live here, one ``MeshState`` per mesh id per process, shared by every handle.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._exceptions import MeshStoppedError, SupervisionError
+
+__all__ = ["Failure", "MeshState", "all_states", "state_of"]
+
+_LATENCY_WINDOW = 1024
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failure of an actor mesh that its owner must hear about.
+
+    Attributes:
+        mesh: name of the mesh.
+        ranks: root ranks affected.
+        kind: "died", "broadcast" (an endpoint called with broadcast raised), ...
+        error: the exception describing it.
+    """
+
+    mesh: str
+    ranks: tuple[int, ...]
+    kind: str
+    error: BaseException
+
+
+@dataclass
+class _RankStats:
+    in_flight: int = 0
+    completed: int = 0
+    failed: int = 0
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
+
+
+class MeshState:
+    """Process-local facts about one mesh id (see the module docstring)."""
+
+    def __init__(self, mesh_id: str, name: str, paths: tuple[str, ...]) -> None:
+        self.mesh_id = mesh_id
+        self.name = name
+        self.paths = paths
+        self.stopped = False
+        self.choose: Any = "power_of_two"
+        self.dead: dict[int, str] = {}
+        self.unhandled: list[Failure] = []
+        self._lock = threading.Lock()
+        self._ranks = [_RankStats() for _ in paths]
+        self.capacity_waiters: list[Any] = []
+
+    def check_usable(self) -> None:
+        """Raise if the mesh may not take calls: stopped, or an unhandled failure."""
+        if self.stopped:
+            raise MeshStoppedError(f"actor mesh '{self.name}' was stopped")
+        if self.unhandled:
+            failure = self.unhandled.pop(0)
+            raise SupervisionError(
+                f"unhandled failure of actor mesh '{self.name}' ({failure.kind}, ranks "
+                f"{list(failure.ranks)}): {failure.error}",
+                failure,
+            ) from failure.error
+
+    # -- load ---------------------------------------------------------------------------
+
+    def in_flight(self, ranks: tuple[int, ...] | list[int]) -> list[int]:
+        """The caller's outstanding calls to each of ``ranks``."""
+        stats = self._ranks
+        return [stats[r].in_flight for r in ranks]
+
+    def started(self, rank: int) -> float:
+        """Count a call to ``rank`` as in flight; returns its start time."""
+        with self._lock:
+            self._ranks[rank].in_flight += 1
+        return time.perf_counter()
+
+    def finished(self, rank: int, started: float, ok: bool) -> None:
+        """The call to ``rank`` begun at ``started`` ended."""
+        elapsed = time.perf_counter() - started
+        with self._lock:
+            stats = self._ranks[rank]
+            stats.in_flight -= 1
+            if ok:
+                stats.completed += 1
+            else:
+                stats.failed += 1
+            stats.latencies.append(elapsed)
+            waiters, self.capacity_waiters = self.capacity_waiters, []
+        for wake in waiters:
+            wake()
+
+    def stats(self) -> dict[int, dict[str, Any]]:
+        """Per rank: in flight, completed, failed and latency percentiles (seconds)."""
+        report = {}
+        with self._lock:
+            for rank, stats in enumerate(self._ranks):
+                ordered = sorted(stats.latencies)
+                report[rank] = {
+                    "in_flight": stats.in_flight,
+                    "completed": stats.completed,
+                    "failed": stats.failed,
+                    "alive": rank not in self.dead,
+                    "p50": _percentile(ordered, 0.5),
+                    "p90": _percentile(ordered, 0.9),
+                    "p99": _percentile(ordered, 0.99),
+                }
+        return report
+
+
+def _percentile(ordered: list[float], q: float) -> float | None:
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+_STATES: dict[str, MeshState] = {}
+_STATES_LOCK = threading.Lock()
+
+
+def state_of(mesh_id: str, name: str, paths: tuple[str, ...]) -> MeshState:
+    """The state of ``mesh_id`` in this process, created on first use."""
+    state = _STATES.get(mesh_id)
+    if state is None:
+        with _STATES_LOCK:
+            state = _STATES.get(mesh_id)
+            if state is None:
+                state = _STATES[mesh_id] = MeshState(mesh_id, name, paths)
+    return state
+
+
+def all_states() -> list[MeshState]:
+    """Every mesh this process has a handle on."""
+    return list(_STATES.values())

@@ -1,0 +1,229 @@
+"""``ProcMesh`` and ``proc_mesh()``: groups of worker processes with named dimensions.
+
+A process mesh is the place actors live: ``await procs.spawn(name, Cls, *args)`` builds one
+actor of ``Cls`` in every process and returns the actor mesh. Stopping a process mesh
+stops its processes (and so every actor in them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future as ConcurrentFuture
+from typing import Any, TypeVar
+
+from . import _supervision
+from ._actor import Actor, SpawnSpec, endpoint_table
+from ._actor_mesh import ActorMesh, MeshRef
+from ._adverbs import _Gather
+from ._core import ChildProcess, Runtime, dumps
+from ._core._envelope import SPAWN
+from ._exceptions import MeshStoppedError
+from ._future import Future
+from ._mesh_state import all_states
+from ._shape import Shape, ValueMesh
+
+__all__ = ["ProcMesh", "proc_mesh"]
+
+T = TypeVar("T")
+
+
+class _Processes:
+    """The processes of one process mesh, shared by all its slices."""
+
+    def __init__(self, name: str, children: list[ChildProcess]) -> None:
+        self.name = name
+        self.children = children
+        self.stopped = False
+        self.meshes: list[str] = []
+
+
+class ProcMesh:
+    """Worker processes with named dimensions; returned by ``proc_mesh()``."""
+
+    def __init__(self, processes: _Processes, shape: Shape) -> None:
+        self._processes = processes
+        self._shape = shape
+
+    @property
+    def shape(self) -> Shape:
+        """The dimensions of this mesh (of this slice of it)."""
+        return self._shape
+
+    @property
+    def size(self) -> int:
+        """Number of processes."""
+        return len(self._shape)
+
+    def __len__(self) -> int:
+        return len(self._shape)
+
+    def slice(self, **dims: int | slice | range) -> ProcMesh:
+        """The processes at these coordinates."""
+        return ProcMesh(self._processes, self._shape.slice(**dims))
+
+    def __getitem__(self, key: Any) -> ProcMesh:
+        return ProcMesh(self._processes, self._shape.index(key))
+
+    def spawn(self, name: str, actor_class: type[T], *args: Any, **kwargs: Any) -> Future[T]:
+        """Build one ``actor_class(*args, **kwargs)`` in every process of this mesh.
+
+        The future's value is the ``ActorMesh`` (typed as the actor class, so endpoints
+        type-check). If any ``__init__`` raises, the spawn fails with ``ActorInitError``
+        and the actors that did start are dropped.
+        """
+        if self._processes.stopped:
+            raise MeshStoppedError(f"process mesh '{self._processes.name}' was stopped")
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"spawn needs a mesh name (a non-empty str) first, got {name!r}")
+        if not (isinstance(actor_class, type) and issubclass(actor_class, Actor)):
+            raise TypeError(
+                f"spawn needs a subclass of actormesh.Actor, got {actor_class!r}"
+            )
+        labels, sizes = self._shape.labels, self._shape.sizes
+        children = self._processes.children
+        ref = MeshRef(
+            mesh_id=f"{name}-{uuid.uuid4().hex[:12]}",
+            name=name,
+            class_name=actor_class.__qualname__,
+            endpoints=endpoint_table(actor_class),
+            labels=labels,
+            sizes=sizes,
+            paths=tuple(children[root].listen_path for root in self._shape.ranks),
+        )
+        mesh: ActorMesh[T] = ActorMesh(ref, Shape.from_dims(labels, sizes), actor_class)
+        spec = SpawnSpec(actor_class, args, kwargs, name, labels, sizes, mesh)
+        payload, buffers = dumps(spec)
+        self._processes.meshes.append(ref.mesh_id)
+        request = _Spawn(mesh)
+        request.send([(path, ranks, [payload, *buffers]) for path, ranks in mesh._routes()])
+        return request.future  # type: ignore[return-value]
+
+    def stop(self) -> Future[None]:
+        """Stop every process of this mesh (all of it, whichever slice this is)."""
+        processes = self._processes
+        runtime = Runtime.get()
+        if processes.stopped:
+            return _from_concurrent(runtime, _done_future())
+        processes.stopped = True
+        for state in all_states():
+            if state.mesh_id in processes.meshes:
+                state.stopped = True
+        grace = runtime.config.stop_grace
+        return _from_concurrent(runtime, runtime.submit(runtime.stop_processes(processes.children, grace)))
+
+    async def __aenter__(self) -> ProcMesh:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def __enter__(self) -> ProcMesh:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop().get()
+
+    def __repr__(self) -> str:
+        return f"<ProcMesh '{self._processes.name}' {self._shape}>"
+
+
+class _Spawn(_Gather):
+    """Gathers each rank's construction; any ``__init__`` error fails the whole spawn."""
+
+    def __init__(self, mesh: ActorMesh[Any]) -> None:
+        super().__init__(mesh, "__init__")
+        self.init_errors: list[BaseException] = []
+
+    def _header(self, ranks: tuple[int, ...]) -> tuple[Any, ...]:
+        return (SPAWN, self.req_id, self.ref.mesh_id, ranks)
+
+    def _error(self, rank: int, error: BaseException) -> None:
+        self.init_errors.append(error)
+
+    def _complete(self) -> None:
+        if self.init_errors:
+            self.mesh.stop()
+            self.future._set_exception(self.init_errors[0])
+        else:
+            self.future._set_result(self.mesh)
+
+
+def proc_mesh(
+    shape: int | Sequence[int] | Mapping[str, int] | None = None,
+    *,
+    hosts: int | None = None,
+    gpus: int | None = None,
+    env: Mapping[str, str] | None = None,
+    name: str = "procs",
+    **dims: int,
+) -> Future[ProcMesh]:
+    """Start a mesh of worker processes on this host.
+
+    ``proc_mesh(gpus=4)``, ``proc_mesh(hosts=2, gpus=4)`` or ``proc_mesh({"dp": 2, "tp": 2})``:
+    dimension names are free (``gpus`` is just a name on a machine without GPUs). Each
+    process sees ``ACTORMESH_RANK`` and ``ACTORMESH_COORDS`` (JSON) in its environment.
+
+    Args:
+        shape: the dimensions as a mapping (or an int / tuple of sizes).
+        hosts: size of a ``hosts`` dimension (first).
+        gpus: size of a ``gpus`` dimension (after ``hosts``).
+        env: extra environment variables for every process.
+        name: a label for output prefixes and messages.
+        **dims: further named dimensions.
+    """
+    if shape is not None and (hosts is not None or gpus is not None or dims):
+        raise TypeError("give the shape either as one mapping or as keyword dimensions, not both")
+    if shape is None:
+        named = {k: v for k, v in (("hosts", hosts), ("gpus", gpus)) if v is not None}
+        named.update(dims)
+        mesh_shape = Shape.of(named)
+    else:
+        mesh_shape = Shape.of(shape)
+    runtime = Runtime.get()
+    _supervision.install(runtime)
+    extra = dict(env or {})
+    specs = []
+    for index in range(len(mesh_shape)):
+        point = mesh_shape.point(index)
+        process_env = {
+            **extra,
+            "ACTORMESH_RANK": str(index),
+            "ACTORMESH_COORDS": json.dumps(dict(point)),
+            "ACTORMESH_WORLD_SIZE": str(len(mesh_shape)),
+            "ACTORMESH_PROC_MESH": name,
+        }
+        specs.append((f"{name}-{uuid.uuid4().hex[:8]}-{index}", index, process_env))
+
+    async def start() -> ProcMesh:
+        children = await runtime.start_processes(specs)
+        return ProcMesh(_Processes(name, children), mesh_shape)
+
+    return _from_concurrent(runtime, runtime.submit(start()))
+
+
+def _done_future() -> ConcurrentFuture[None]:
+    done: ConcurrentFuture[None] = ConcurrentFuture()
+    done.set_result(None)
+    return done
+
+
+def _from_concurrent(runtime: Runtime, inner: ConcurrentFuture[T]) -> Future[T]:
+    """An actormesh ``Future`` that follows a ``concurrent.futures.Future``."""
+    future: Future[T] = Future(runtime.in_loop_thread, on_cancel=lambda: inner.cancel() and None)
+
+    def copy(done: ConcurrentFuture[T]) -> None:
+        if done.cancelled():
+            future._set_exception(asyncio.CancelledError())
+        elif done.exception() is not None:
+            future._set_exception(done.exception())  # type: ignore[arg-type]
+        else:
+            future._set_result(done.result())
+
+    inner.add_done_callback(copy)
+    return future
+
+
+_ = ValueMesh  # re-exported type used in docs

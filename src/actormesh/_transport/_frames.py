@@ -1,0 +1,61 @@
+"""The frame format: how a message of several byte parts is laid out on a stream.
+
+A frame is ``<u32 nparts><u64 body_bytes>`` followed by ``nparts`` little-endian u64
+lengths, then the parts back to back. Parts are opaque: the first is usually an envelope
+header, the next a pickle, the rest out-of-band buffers that the receiver maps without a
+further copy. Everything here is pure.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+__all__ = [
+    "PREFIX",
+    "Buffer",
+    "encode_header",
+    "header_size",
+    "nbytes",
+    "parse_lengths",
+    "parse_prefix",
+]
+
+Buffer = bytes | bytearray | memoryview
+
+PREFIX = struct.Struct("<IQ")
+_LENGTH = struct.Struct("<Q")
+_HEADERS: dict[int, struct.Struct] = {}
+
+
+def nbytes(part: Buffer) -> int:
+    """Size of a part in bytes (a memoryview's ``len`` counts items, not bytes)."""
+    return part.nbytes if isinstance(part, memoryview) else len(part)
+
+
+def _header_struct(nparts: int) -> struct.Struct:
+    fmt = _HEADERS.get(nparts)
+    if fmt is None:
+        fmt = _HEADERS[nparts] = struct.Struct(f"<IQ{nparts}Q")
+    return fmt
+
+
+def encode_header(lengths: Sequence[int]) -> bytes:
+    """The prefix and length table of a frame whose parts have these sizes."""
+    return _header_struct(len(lengths)).pack(len(lengths), sum(lengths), *lengths)
+
+
+def header_size(nparts: int) -> int:
+    """Bytes of prefix plus length table for a frame of ``nparts`` parts."""
+    return PREFIX.size + _LENGTH.size * nparts
+
+
+def parse_prefix(buffer: Buffer, offset: int) -> tuple[int, int]:
+    """``(nparts, body_bytes)`` of the frame starting at ``offset``."""
+    nparts, body = PREFIX.unpack_from(buffer, offset)
+    return int(nparts), int(body)
+
+
+def parse_lengths(buffer: Buffer, offset: int, nparts: int) -> tuple[int, ...]:
+    """The part lengths of the frame starting at ``offset`` (its prefix already parsed)."""
+    return struct.unpack_from(f"<{nparts}Q", buffer, offset + PREFIX.size)
