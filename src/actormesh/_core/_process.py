@@ -53,6 +53,7 @@ class ChildProcess:
         self.listen_path = listen_path
         self.popen = popen
         self.pid = popen.pid
+        self.stopping = False  # set when the owner asks it to exit: its death is expected
         self._pidfd: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 

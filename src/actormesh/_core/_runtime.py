@@ -396,6 +396,30 @@ class Runtime:
 
             mailbox.construct(factory, done)
 
+    def host(
+        self,
+        mesh_id: str,
+        rank: int,
+        factory: Callable[[], Any],
+        mesh_name: str,
+        point: dict[str, int],
+        done: Callable[[BaseException | None], None] | None = None,
+    ) -> None:
+        """Host an actor in this process without a SPAWN message (join-style processes).
+
+        ``factory`` builds the ``Hosted`` object on the actor's thread; callers anywhere
+        then reach it with CALL frames naming ``mesh_id`` and ``rank``.
+        """
+
+        def install() -> None:
+            mailbox = Mailbox(self.loop, name=f"actor {mesh_name}{point}")
+            self._hosted.setdefault(mesh_id, {})[rank] = _HostedActor(
+                mailbox, mesh_id, mesh_name, point
+            )
+            mailbox.construct(factory, done or (lambda error: None))
+
+        self.call_soon(install)
+
     def _handle_stop_mesh(self, conn: Connection, header: tuple[Any, ...]) -> None:
         _, req_id, mesh_id = header
         for hosted in self._hosted.pop(mesh_id, {}).values():
@@ -517,6 +541,8 @@ class Runtime:
             conn.close()
         # Whatever the worker started dies with it: no orphans.
         child.signal_group(signal.SIGKILL)
+        if child.stopping:
+            return  # the owner asked for this exit: nothing to report
         for listener in list(self.exit_listeners):
             try:
                 listener(child, reason)
@@ -525,6 +551,8 @@ class Runtime:
 
     async def stop_processes(self, children: Sequence[ChildProcess], grace: float) -> None:
         """Ask workers to exit, then SIGTERM, then SIGKILL their process groups."""
+        for child in children:
+            child.stopping = True
         for child in children:
             conn = self._conns.get(child.listen_path)
             if conn is not None and child.alive():
