@@ -20,7 +20,7 @@ from ._exceptions import EndpointNotFoundError
 from ._shape import Point
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing import Self
 
     from ._future import Future
     from ._shape import Shape
@@ -93,7 +93,9 @@ def endpoint_table(cls: type) -> dict[str, EndpointOptions]:
     return table
 
 
-def missing_endpoint(class_name: str, name: str, table: dict[str, EndpointOptions], cls: type | None) -> EndpointNotFoundError:
+def missing_endpoint(
+    class_name: str, name: str, table: dict[str, EndpointOptions], cls: type | None
+) -> EndpointNotFoundError:
     """The error for reaching ``name`` on a mesh whose class has no such endpoint."""
     if cls is not None and callable(getattr(cls, name, None)):
         return EndpointNotFoundError(
@@ -101,9 +103,7 @@ def missing_endpoint(class_name: str, name: str, table: dict[str, EndpointOption
             "mark it with @endpoint to call it through a mesh"
         )
     known = ", ".join(sorted(table)) or "none"
-    return EndpointNotFoundError(
-        f"{class_name} has no endpoint '{name}' (its endpoints: {known})"
-    )
+    return EndpointNotFoundError(f"{class_name} has no endpoint '{name}' (its endpoints: {known})")
 
 
 class _ActorHost:
@@ -119,7 +119,9 @@ class _ActorHost:
     def kind(self, endpoint: str) -> EndpointKind:
         options = self.table.get(endpoint)
         if options is None:
-            raise missing_endpoint(type(self.instance).__qualname__, endpoint, self.table, type(self.instance))
+            raise missing_endpoint(
+                type(self.instance).__qualname__, endpoint, self.table, type(self.instance)
+            )
         return options.kind
 
     def invoke(self, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

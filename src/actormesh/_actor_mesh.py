@@ -173,7 +173,9 @@ class ActorMesh(Generic[T]):
         return future
 
     def _all_routes(self) -> list[tuple[str, tuple[int, ...]]]:
-        return self._view(Shape(self._ref.labels, self._ref.sizes, tuple(range(len(self._ref.paths)))))._routes()
+        return self._view(
+            Shape(self._ref.labels, self._ref.sizes, tuple(range(len(self._ref.paths))))
+        )._routes()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ActorMesh, (self._ref, self._shape))

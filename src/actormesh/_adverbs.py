@@ -9,6 +9,7 @@ losing a connection fails exactly the ranks that were waiting on it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -19,7 +20,7 @@ from ._core import Runtime, dumps_arguments, loads
 from ._core._envelope import CALL, error_from_payload
 from ._exceptions import ActorDiedError, ActorError, MeshStoppedError
 from ._future import Future, resolved
-from ._routing import NoCapacity, policy_from
+from ._routing import NoCapacity
 from ._shape import Point, ValueMesh
 from ._sharding import CallbackDispatch, as_dispatch
 
@@ -99,9 +100,16 @@ class _Request:
             try:
                 value = loads(parts[0], parts[1:])
             except Exception as error:
-                self._error(rank, ActorError.wrap(error, endpoint=self.endpoint, mesh=self.ref.name,
-                                                  point=dict(point_of(self.ref, rank)),
-                                                  remote_traceback="(the value could not be unpickled here)"))
+                self._error(
+                    rank,
+                    ActorError.wrap(
+                        error,
+                        endpoint=self.endpoint,
+                        mesh=self.ref.name,
+                        point=dict(point_of(self.ref, rank)),
+                        remote_traceback="(the value could not be unpickled here)",
+                    ),
+                )
             else:
                 self._value(rank, value)
         else:
@@ -129,10 +137,13 @@ class _Request:
     def _died(self, rank: int, reason: str) -> None:
         point = point_of(self.ref, rank)
         if self.state.stopped:
-            self._error(rank, MeshStoppedError(
-                f"actor mesh '{self.ref.name}' was stopped before actor {point} answered "
-                f"endpoint '{self.endpoint}'"
-            ))
+            self._error(
+                rank,
+                MeshStoppedError(
+                    f"actor mesh '{self.ref.name}' was stopped before actor {point} answered "
+                    f"endpoint '{self.endpoint}'"
+                ),
+            )
             return
         self.state.dead.setdefault(rank, reason)
         error = ActorDiedError(
@@ -184,7 +195,12 @@ class _Request:
 class _Gather(_Request):
     """``call``: a ValueMesh of every rank's value; the first endpoint error fails it."""
 
-    def __init__(self, mesh: ActorMesh[Any], endpoint: str, transform: Callable[[ValueMesh[Any]], Any] | None = None) -> None:
+    def __init__(
+        self,
+        mesh: ActorMesh[Any],
+        endpoint: str,
+        transform: Callable[[ValueMesh[Any]], Any] | None = None,
+    ) -> None:
         super().__init__(mesh, endpoint, mesh._shape.ranks)
         self.future = self.new_future()
         self.values: dict[int, Any] = {}
@@ -295,13 +311,17 @@ class ResultStream(Generic[R]):
                 elif self._closed:
                     return
                 else:
-                    waiter = loop.create_future()
-                    self._wakers.append(lambda w=waiter: loop.call_soon_threadsafe(_settle, w))
+                    waiter: asyncio.Future[None] = loop.create_future()
+                    self._wakers.append(functools.partial(_settle_threadsafe, loop, waiter))
                     item = None
             if item is None:
                 await waiter
                 continue
             yield item
+
+
+def _settle_threadsafe(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None]) -> None:
+    loop.call_soon_threadsafe(_settle, waiter)
 
 
 def _settle(waiter: asyncio.Future[None]) -> None:
@@ -339,13 +359,17 @@ class Adverbs:
         payload, buffers = dumps_arguments(args, kwargs)
         return [payload, *buffers]
 
-    def call(self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[Any]:
+    def call(
+        self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Future[Any]:
         parts = self._prepare(args, kwargs)
         request = _Gather(self.mesh, ep.name)
         request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])
         return request.future
 
-    def call_one(self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[Any]:
+    def call_one(
+        self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Future[Any]:
         shape = self.mesh._shape
         if len(shape) != 1:
             raise ValueError(
@@ -361,20 +385,26 @@ class Adverbs:
         request.send([(self.mesh._ref.paths[rank], (rank,), parts)])
         return request.future
 
-    def broadcast(self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def broadcast(
+        self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         parts = self._prepare(args, kwargs)
         runtime, mesh_id = Runtime.get(), self.mesh._ref.mesh_id
         for path, ranks in self.mesh._routes():
             conn = runtime.connection(path)
             runtime.send(conn, (CALL, 0, mesh_id, ranks, ep.name), parts)
 
-    def stream(self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> ResultStream[Any]:
+    def stream(
+        self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> ResultStream[Any]:
         parts = self._prepare(args, kwargs)
         request = _Stream(self.mesh, ep.name)
         request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])
         return request.stream
 
-    def choose(self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[Any]:
+    def choose(
+        self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Future[Any]:
         parts = self._prepare(args, kwargs)
         state = self.mesh._state
         policy = self.mesh._policy(ep)
@@ -397,7 +427,9 @@ class Adverbs:
         def retry() -> None:
             live = [rank for rank in self.mesh._shape.ranks if rank not in state.dead]
             if not live:
-                outer._set_exception(ActorDiedError(f"every actor of mesh '{self.mesh.name}' is dead"))
+                outer._set_exception(
+                    ActorDiedError(f"every actor of mesh '{self.mesh.name}' is dead")
+                )
                 return
             try:
                 rank = self.mesh._policy(ep).choose(live, state.in_flight(live))
@@ -425,7 +457,7 @@ class Adverbs:
             result = chosen.invoke(self.mesh, ep.name, args, kwargs)
             return result if isinstance(result, Future) else resolved(result)
         shape, paths = self.mesh._shape, self.mesh._ref.paths
-        frames = []
+        frames: list[tuple[str, tuple[int, ...], list[Any]]] = []
         for rank, (point_args, point_kwargs) in zip(
             shape.ranks, chosen.split(shape, args, kwargs), strict=True
         ):

@@ -9,6 +9,7 @@ closing ends it too, and on the way out it kills whatever it started (its proces
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import signal
@@ -70,10 +71,8 @@ def main() -> None:
         loop.run_forever()
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-            except (OSError, ValueError):
-                pass
         _kill_descendants()
         os._exit(0)
 

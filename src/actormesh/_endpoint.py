@@ -48,9 +48,7 @@ class EndpointOptions:
 class Endpoint(Generic[P, R]):
     """An endpoint: a method of an actor class, bound to a mesh when reached through one."""
 
-    def __init__(
-        self, fn: Callable[..., Any], options: EndpointOptions, mesh: Any = None
-    ) -> None:
+    def __init__(self, fn: Callable[..., Any], options: EndpointOptions, mesh: Any = None) -> None:
         self._fn = fn
         self.name: str = fn.__name__
         self.options = options

@@ -24,7 +24,16 @@ _PENDING, _DONE, _FAILED = 0, 1, 2
 class Future(Generic[R]):
     """The eventual result of a call. Users get these from adverbs; never build one."""
 
-    __slots__ = ("__weakref__", "_callbacks", "_lock", "_loop_thread", "_on_cancel", "_on_timeout", "_state", "_value")
+    __slots__ = (
+        "__weakref__",
+        "_callbacks",
+        "_lock",
+        "_loop_thread",
+        "_on_cancel",
+        "_on_timeout",
+        "_state",
+        "_value",
+    )
 
     def __init__(
         self,
@@ -156,7 +165,9 @@ def _wake(waiter: asyncio.Future[None], _: Future[Any]) -> None:
         waiter.set_result(None)
 
 
-def _wake_threadsafe(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None], f: Future[Any]) -> None:
+def _wake_threadsafe(
+    loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None], f: Future[Any]
+) -> None:
     if not loop.is_closed():
         loop.call_soon_threadsafe(_wake, waiter, f)
 

@@ -79,9 +79,7 @@ class ProcMesh:
         if not isinstance(name, str) or not name:
             raise TypeError(f"spawn needs a mesh name (a non-empty str) first, got {name!r}")
         if not (isinstance(actor_class, type) and issubclass(actor_class, Actor)):
-            raise TypeError(
-                f"spawn needs a subclass of actormesh.Actor, got {actor_class!r}"
-            )
+            raise TypeError(f"spawn needs a subclass of actormesh.Actor, got {actor_class!r}")
         labels, sizes = self._shape.labels, self._shape.sizes
         children = self._processes.children
         ref = MeshRef(
@@ -99,7 +97,7 @@ class ProcMesh:
         self._processes.meshes.append(ref.mesh_id)
         request = _Spawn(mesh)
         request.send([(path, ranks, [payload, *buffers]) for path, ranks in mesh._routes()])
-        return request.future  # type: ignore[return-value]
+        return request.future
 
     def stop(self) -> Future[None]:
         """Stop every process of this mesh (all of it, whichever slice this is)."""
@@ -112,7 +110,9 @@ class ProcMesh:
             if state.mesh_id in processes.meshes:
                 state.stopped = True
         grace = runtime.config.stop_grace
-        return _from_concurrent(runtime, runtime.submit(runtime.stop_processes(processes.children, grace)))
+        return _from_concurrent(
+            runtime, runtime.submit(runtime.stop_processes(processes.children, grace))
+        )
 
     async def __aenter__(self) -> ProcMesh:
         return self
@@ -204,6 +204,10 @@ def proc_mesh(
     return _from_concurrent(runtime, runtime.submit(start()))
 
 
+def _cancel(inner: ConcurrentFuture[Any]) -> None:
+    inner.cancel()
+
+
 def _done_future() -> ConcurrentFuture[None]:
     done: ConcurrentFuture[None] = ConcurrentFuture()
     done.set_result(None)
@@ -212,7 +216,7 @@ def _done_future() -> ConcurrentFuture[None]:
 
 def _from_concurrent(runtime: Runtime, inner: ConcurrentFuture[T]) -> Future[T]:
     """An actormesh ``Future`` that follows a ``concurrent.futures.Future``."""
-    future: Future[T] = Future(runtime.in_loop_thread, on_cancel=lambda: inner.cancel() and None)
+    future: Future[T] = Future(runtime.in_loop_thread, on_cancel=lambda: _cancel(inner))
 
     def copy(done: ConcurrentFuture[T]) -> None:
         if done.cancelled():

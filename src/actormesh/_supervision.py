@@ -70,5 +70,7 @@ def _on_process_exit(child: ChildProcess, reason: str) -> None:
             continue
         for rank in ranks:
             state.dead.setdefault(rank, reason)
-        error = ActorDiedError(f"process of mesh '{state.name}' {reason}", reason=reason, ranks=ranks)
+        error = ActorDiedError(
+            f"process of mesh '{state.name}' {reason}", reason=reason, ranks=ranks
+        )
         report(state, Failure(state.name, ranks, "died", error))

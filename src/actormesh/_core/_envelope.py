@@ -69,7 +69,9 @@ def error_payload(
     kind = type(error)
     record = {
         "exc": exc_bytes,
-        "type": kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}",
+        "type": kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}",
         "message": str(error),
         "traceback": "".join(traceback.format_exception(error)),
         "mesh": mesh,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import contextvars
 import io
 import os
@@ -126,14 +127,10 @@ class PipeForwarder:
         if self._done:
             return
         self._done = True
-        try:
+        with contextlib.suppress(ValueError, OSError, RuntimeError):
             self._loop.remove_reader(self._fd)
-        except (ValueError, OSError, RuntimeError):
-            pass
-        try:
+        with contextlib.suppress(OSError):
             self._pipe.close()
-        except OSError:
-            pass
 
 
 def _has_data(fd: int) -> bool:

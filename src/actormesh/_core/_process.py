@@ -12,6 +12,7 @@ bootstrap), and exits when its connection to the owner closes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -62,7 +63,9 @@ class ChildProcess:
         """Exit status once reaped (negative: killed by that signal)."""
         return self.popen.returncode
 
-    def watch(self, loop: asyncio.AbstractEventLoop, on_exit: Callable[[ChildProcess], None]) -> None:
+    def watch(
+        self, loop: asyncio.AbstractEventLoop, on_exit: Callable[[ChildProcess], None]
+    ) -> None:
         """Call ``on_exit`` on ``loop`` once the process has exited and been reaped."""
         self._loop = loop
         try:
@@ -102,10 +105,8 @@ def kill_process_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def launch(

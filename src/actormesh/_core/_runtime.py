@@ -62,7 +62,7 @@ def new_event_loop(config: Config) -> asyncio.AbstractEventLoop:
         except ImportError:
             pass
         else:
-            return uvloop.new_event_loop()  # type: ignore[no-any-return]
+            return uvloop.new_event_loop()
     return asyncio.new_event_loop()
 
 
@@ -346,7 +346,9 @@ class Runtime:
         except Exception:
             log.exception("failed to handle a frame from %s", conn.peer)
 
-    def _handle_call(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
+    def _handle_call(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
         _, req_id, mesh_id, ranks, endpoint = header
         actors = self._hosted.get(mesh_id, {})
         payload, buffers = parts[1], parts[2:]
@@ -370,7 +372,9 @@ class Runtime:
         with contextlib.suppress(TransportClosed):
             conn.send([env.encode_header(head), payload])
 
-    def _handle_spawn(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
+    def _handle_spawn(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
         _, req_id, mesh_id, ranks = header
         spec = loads(parts[1], parts[2:])
         actors = self._hosted.setdefault(mesh_id, {})
@@ -380,7 +384,9 @@ class Runtime:
             actors[rank] = _HostedActor(mailbox, mesh_id, mesh_name, point)
 
             def done(
-                error: BaseException | None, rank: int = rank, name: str = mesh_name,
+                error: BaseException | None,
+                rank: int = rank,
+                name: str = mesh_name,
                 point: dict[str, int] = point,
             ) -> None:
                 if error is None:
@@ -484,9 +490,7 @@ class Runtime:
                     "ACTORMESH_OUTPUT": output,
                 }
                 self._hello[path] = self.loop.create_future()
-                child = launch(
-                    key=key, rank=rank, listen_path=path, env=process_env, output=output
-                )
+                child = launch(key=key, rank=rank, listen_path=path, env=process_env, output=output)
                 children.append(child)
                 self._children[path] = child
                 if output == "prefix":

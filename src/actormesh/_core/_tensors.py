@@ -31,7 +31,7 @@ def reduce_tensor(obj: Any) -> Any:
         return _rebuild_empty, (data.dtype, tuple(data.shape), tensor.requires_grad, is_parameter)
     raw = data.reshape(-1).view(torch.uint8).numpy()
     return _rebuild, (
-        pickle.PickleBuffer(raw),
+        pickle.PickleBuffer(raw),  # type: ignore[arg-type]
         data.dtype,
         tuple(data.shape),
         tensor.requires_grad,

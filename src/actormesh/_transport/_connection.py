@@ -13,6 +13,7 @@ called exactly once, on the loop thread, whoever closed it (us, the peer, or an 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 from collections import deque
@@ -111,7 +112,9 @@ class Connection:
                 sent = 0
             except OSError as error:
                 self._fail_locked(error)
-                raise TransportClosed(f"connection to {self.peer or 'peer'} broke: {error}") from error
+                raise TransportClosed(
+                    f"connection to {self.peer or 'peer'} broke: {error}"
+                ) from error
             if sent < len(header) + sum(lengths):
                 self._queue(header, parts, sent)
 
@@ -269,12 +272,8 @@ class Connection:
             return
         self._close_reported = True
         for remove in (self._loop.remove_reader, self._loop.remove_writer):
-            try:
+            with contextlib.suppress(ValueError, OSError, RuntimeError):
                 remove(self._fd)
-            except (ValueError, OSError, RuntimeError):
-                pass
-        try:
+        with contextlib.suppress(OSError):
             self._sock.close()
-        except OSError:
-            pass
         self._on_close(self, error)

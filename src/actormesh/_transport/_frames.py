@@ -8,6 +8,7 @@ further copy. Everything here is pure.
 
 from __future__ import annotations
 
+import pickle
 import struct
 from collections.abc import Sequence
 
@@ -21,7 +22,7 @@ __all__ = [
     "parse_prefix",
 ]
 
-Buffer = bytes | bytearray | memoryview
+Buffer = bytes | bytearray | memoryview | pickle.PickleBuffer
 
 PREFIX = struct.Struct("<IQ")
 _LENGTH = struct.Struct("<Q")
@@ -30,7 +31,9 @@ _HEADERS: dict[int, struct.Struct] = {}
 
 def nbytes(part: Buffer) -> int:
     """Size of a part in bytes (a memoryview's ``len`` counts items, not bytes)."""
-    return part.nbytes if isinstance(part, memoryview) else len(part)
+    if isinstance(part, bytes | bytearray):
+        return len(part)
+    return part.nbytes if isinstance(part, memoryview) else memoryview(part).nbytes
 
 
 def _header_struct(nparts: int) -> struct.Struct:

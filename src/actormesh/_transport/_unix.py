@@ -7,6 +7,7 @@ and the listener also checks each peer's uid (``SO_PEERCRED``) before a byte is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import struct
@@ -29,10 +30,8 @@ def private_socket_dir(parent: str | None = None) -> str:
 def _tune(sock: socket.socket) -> None:
     # Large kernel buffers let a big frame go out in few system calls.
     for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-        try:
+        with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, option, _SOCKET_BUFFER)
-        except OSError:
-            pass
 
 
 def connect_unix(path: str) -> socket.socket:
@@ -97,12 +96,8 @@ class Listener:
         if self._closed:
             return
         self._closed = True
-        try:
+        with contextlib.suppress(ValueError, OSError, RuntimeError):
             self._loop.remove_reader(self._sock.fileno())
-        except (ValueError, OSError, RuntimeError):
-            pass
         self._sock.close()
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(self.path)
-        except OSError:
-            pass
