@@ -34,8 +34,8 @@ __all__ = [
     "ActorMeshError",
     "CallTimeoutError",
     "EndpointNotFoundError",
-    "MessageTooLargeError",
     "MeshStoppedError",
+    "MessageTooLargeError",
     "SerializationError",
     "SupervisionError",
 ]

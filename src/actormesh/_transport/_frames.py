@@ -13,8 +13,8 @@ import struct
 from collections.abc import Sequence
 
 __all__ = [
-    "PREFIX",
     "Buffer",
+    "PREFIX",
     "encode_header",
     "header_size",
     "nbytes",
