@@ -3,8 +3,8 @@
 Messages from all senders enter one queue and run in arrival order (so one sender's
 messages run in send order), one at a time. ``async def`` endpoints run as tasks on the
 process' event loop; ``def`` endpoints run on the actor's own thread, so a blocking step
-never stalls I/O, heartbeats or other actors. Concurrent endpoints start a task at once and
-let the next message proceed. The reply is sent by whichever thread finished the work:
+never stalls I/O, heartbeats or other actors. Concurrent endpoints skip the queue: each
+starts a task on arrival, even while the actor is busy with another message. The reply is sent by whichever thread finished the work:
 there is no hop back to the loop before the caller hears.
 """
 
@@ -120,8 +120,22 @@ class Mailbox:
 
             message.fail(MeshStoppedError("the actor was stopped"))
             return
+        host = self._host
+        if host is not None and _is_concurrent(host, message.endpoint):
+            # Concurrent endpoints skip the queue: they must answer even while the actor
+            # is busy with a long message (a blocking ``def`` step, say).
+            self._start_concurrent(host, message)
+            return
         self._queue.append(message)
         self._kick()
+
+    def _start_concurrent(self, host: Hosted, message: Message) -> None:
+        try:
+            args, kwargs = message.arguments()
+        except BaseException as error:
+            message.fail(error)
+            return
+        self._loop.create_task(self._run_async(host, message, args, kwargs), context=host.context)
 
     def _kick(self) -> None:
         if not self._running and self._queue and self._host is not None:
@@ -211,6 +225,13 @@ class Mailbox:
         if host is not None:
             self._jobs.put((host.close,))
         self._jobs.put(_STOP)
+
+
+def _is_concurrent(host: Hosted, endpoint: str) -> bool:
+    try:
+        return host.kind(endpoint) is EndpointKind.CONCURRENT
+    except Exception:
+        return False  # not an endpoint: the queue reports it in order
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
