@@ -31,9 +31,11 @@ from .._exceptions import ActorDiedError, MeshStoppedError
 from .._transport import Connection, Listener, TransportClosed, connect_unix, private_socket_dir
 from .._transport._frames import Buffer
 from . import _envelope as env
+from ._heartbeat import HeartbeatMonitor
 from ._mailbox import Mailbox
 from ._output import PipeForwarder
 from ._process import ChildProcess, describe_exit, launch
+from ._reaper import kill_tagged
 from ._serialization import dumps, loads
 
 __all__ = ["ReplyHandler", "Runtime", "new_event_loop"]
@@ -169,6 +171,7 @@ class Runtime:
         self._forwarders: dict[str, list[PipeForwarder]] = {}
         self._hello: dict[str, asyncio.Future[None]] = {}
         self._parent: Connection | None = None
+        self._heartbeat: HeartbeatMonitor | None = None
         self.exit_listeners: list[Callable[[ChildProcess, str], None]] = []
         self.failure_handler: Callable[[str, int, str, memoryview], None] | None = None
 
@@ -240,6 +243,7 @@ class Runtime:
             self._on_frame,
             self._on_close,
             max_frame_bytes=self.config.max_message_bytes,
+            shm_threshold=self.config.shm_threshold,
             peer=peer,
         )
 
@@ -341,6 +345,12 @@ class Runtime:
                 self._handle_stop_mesh(conn, header)
             elif kind == env.SHUTDOWN:
                 self._exit_worker("asked to shut down")
+            elif kind == env.PING:
+                # Answered here, on the loop, so a busy actor thread cannot delay it.
+                conn.send([env.encode_header((env.PONG, header[1]))])
+            elif kind == env.PONG:
+                if self._heartbeat is not None:
+                    self._heartbeat.answered(conn.peer)
             else:
                 log.warning("dropping a frame of unknown kind %r", kind)
         except Exception:
@@ -520,13 +530,45 @@ class Runtime:
         conn.peer = path
         if child is not None:
             self._child_conns[conn] = child
+            self._monitor().track(child)
         waiter = self._hello.get(path)
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def _monitor(self) -> HeartbeatMonitor:
+        if self._heartbeat is None:
+            self._heartbeat = HeartbeatMonitor(
+                self.loop,
+                interval=self.config.heartbeat_interval,
+                timeout=self.config.heartbeat_timeout,
+                probe=self._probe,
+                declare_dead=self._declare_dead,
+            )
+        return self._heartbeat
+
+    def _probe(self, child: ChildProcess, seq: int) -> bool:
+        conn = self._conns.get(child.listen_path)
+        if conn is None or conn.closed:
+            return False
+        try:
+            conn.send([env.encode_header((env.PING, seq))])
+        except TransportClosed:
+            return False
+        return True
+
+    def _declare_dead(self, child: ChildProcess, note: str) -> None:
+        # Killing it turns silence into an ordinary death: the pidfd fires and
+        # _child_exited reports it once, with this note as the cause.
+        log.warning("worker %s (rank %s) %s", child.pid, child.rank, note)
+        child.death_note = note
+        child.signal_group(signal.SIGKILL)
+
     def _child_exited(self, child: ChildProcess) -> None:
-        reason = f"process {child.pid} (rank {child.rank}) {describe_exit(child.returncode)}"
+        how = child.death_note or describe_exit(child.returncode)
+        reason = f"process {child.pid} (rank {child.rank}) {how}"
         path = child.listen_path
+        if self._heartbeat is not None:
+            self._heartbeat.untrack(child)
         self._dead_paths[path] = reason
         for forwarder in self._forwarders.pop(path, []):
             forwarder.drain()
@@ -543,8 +585,12 @@ class Runtime:
         if conn is not None:
             self._fail_connection(conn, reason)
             conn.close()
-        # Whatever the worker started dies with it: no orphans.
+        # Whatever the worker started dies with it: no orphans. Its process group covers
+        # what its actors started. A worker that exited cleanly killed its descendants
+        # itself; after a crash, the environment tag finds the ones that left the group.
         child.signal_group(signal.SIGKILL)
+        if child.returncode != 0:
+            kill_tagged("ACTORMESH_KEY", child.key)
         if child.stopping:
             return  # the owner asked for this exit: nothing to report
         for listener in list(self.exit_listeners):
@@ -557,6 +603,8 @@ class Runtime:
         """Ask workers to exit, then SIGTERM, then SIGKILL their process groups."""
         for child in children:
             child.stopping = True
+            if self._heartbeat is not None:
+                self._heartbeat.untrack(child)
         for child in children:
             conn = self._conns.get(child.listen_path)
             if conn is not None and child.alive():

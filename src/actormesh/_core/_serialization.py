@@ -48,12 +48,18 @@ class _Pickler(pickle.Pickler):
         return NotImplemented
 
 
+# Values made only of these need no reducer and have no buffers: the C pickler alone.
+_PLAIN = frozenset({type(None), bool, int, float, str})
+
+
 def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """Pickle ``obj``; returns the pickle and its out-of-band buffers.
 
     Raises:
         SerializationError: naming the part of ``obj`` that cannot be pickled.
     """
+    if type(obj) in _PLAIN:
+        return pickle.dumps(obj, 5), []
     buffers: list[pickle.PickleBuffer] = []
     stream = io.BytesIO()
     try:
@@ -67,6 +73,9 @@ def dumps_arguments(
     args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """Pickle a call's ``(args, kwargs)``; errors name the argument, e.g. ``args[1]['w']``."""
+    plain = _PLAIN
+    if all(type(a) in plain for a in args) and all(type(v) in plain for v in kwargs.values()):
+        return pickle.dumps((args, kwargs), 5), []
     try:
         return dumps((args, kwargs))
     except SerializationError as error:

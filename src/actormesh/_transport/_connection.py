@@ -12,19 +12,35 @@ called exactly once, on the loop thread, whoever closed it (us, the peer, or an 
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
+import logging
+import os
 import socket
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from ._frames import Buffer, encode_header, header_size, nbytes, parse_lengths, parse_prefix
+from ._frames import (
+    SHARED,
+    Buffer,
+    encode_header,
+    header_size,
+    nbytes,
+    parse_lengths,
+    parse_prefix,
+)
+from ._shm import map_segment, to_segment
 
 __all__ = ["Connection", "TransportClosed"]
 
+log = logging.getLogger("actormesh.transport")
+
 _READ_CHUNK = 256 * 1024
 _IOV_MAX = 512
+_MAX_FDS = 64
+_ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * 4)
 
 
 class TransportClosed(ConnectionError):
@@ -45,6 +61,7 @@ class Connection:
         on_close: called once on the loop thread when the connection ends, with the error
             that ended it (``None`` for an orderly close or EOF).
         max_frame_bytes: a peer announcing a larger frame is a protocol error.
+        shm_threshold: parts at least this large go through shared memory (0: never).
         peer: a label for messages and logs.
     """
 
@@ -56,6 +73,7 @@ class Connection:
         on_close: CloseHandler,
         *,
         max_frame_bytes: int,
+        shm_threshold: int = 0,
         peer: str = "",
     ) -> None:
         sock.setblocking(False)
@@ -65,9 +83,12 @@ class Connection:
         self._on_frame = on_frame
         self._on_close = on_close
         self._max_frame = max_frame_bytes
+        self._shm_threshold = shm_threshold
         self.peer = peer
         self._lock = threading.Lock()
-        self._backlog: deque[memoryview] = deque()
+        # Unsent bytes, in order; an entry's descriptors go with its first byte.
+        self._backlog: deque[tuple[memoryview, list[int]]] = deque()
+        self._fds: deque[int] = deque()
         self._writer_armed = False
         self._closed = False
         self._close_reported = False
@@ -95,19 +116,42 @@ class Connection:
     def send(self, parts: Sequence[Buffer]) -> None:
         """Send one frame made of ``parts``; callable from any thread.
 
-        The parts must not change until the frame is flushed (large frames may be flushed
+        Parts of at least ``shm_threshold`` bytes are copied into shared memory before this
+        returns; smaller ones must not change until flushed (a large frame may be flushed
         by the loop after this returns). Raises ``TransportClosed`` when closed.
         """
-        lengths = [nbytes(p) for p in parts]
-        header = encode_header(lengths)
+        threshold = self._shm_threshold
+        lengths: list[int] = []
+        inline: list[Buffer] = []
+        fds: list[int] = []
+        try:
+            for part in parts:
+                size = nbytes(part)
+                if threshold and size >= threshold:
+                    fds.append(to_segment(part, size))
+                    lengths.append(size | SHARED)
+                else:
+                    lengths.append(size)
+                    inline.append(part)
+            header = encode_header(lengths)
+            self._send_locked(header, inline, fds)
+        finally:
+            for fd in fds:  # the kernel holds its own reference while the frame is in flight
+                os.close(fd)
+
+    def _send_locked(self, header: bytes, inline: list[Buffer], fds: list[int]) -> None:
         with self._lock:
             if self._closed:
                 raise TransportClosed(f"connection to {self.peer or 'peer'} is closed")
-            if self._backlog:
-                self._queue(header, parts, 0)
+            if self._backlog or len(inline) >= _IOV_MAX:
+                self._queue(header, inline, 0, fds)
                 return
             try:
-                sent = self._sock.sendmsg([header, *parts]) if len(parts) < _IOV_MAX else 0
+                if fds:
+                    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+                    sent = self._sock.sendmsg([header, *inline], rights)
+                else:
+                    sent = self._sock.sendmsg([header, *inline])
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except OSError as error:
@@ -115,17 +159,21 @@ class Connection:
                 raise TransportClosed(
                     f"connection to {self.peer or 'peer'} broke: {error}"
                 ) from error
-            if sent < len(header) + sum(lengths):
-                self._queue(header, parts, sent)
+            if sent < len(header) + sum(nbytes(p) for p in inline):
+                self._queue(header, inline, sent, fds if sent == 0 else [])
 
-    def _queue(self, header: bytes, parts: Sequence[Buffer], skip: int) -> None:
+    def _queue(self, header: bytes, parts: Sequence[Buffer], skip: int, fds: list[int]) -> None:
         # Called with the lock held: append what was not sent and make the loop flush it.
+        pending_fds = [os.dup(fd) for fd in fds]  # the caller closes the originals
         for part in (header, *parts):
-            view = memoryview(part).cast("B") if not isinstance(part, bytes) else memoryview(part)
+            view = memoryview(part)
+            if view.format != "B" or view.ndim != 1:
+                view = view.cast("B")
             if skip >= view.nbytes:
                 skip -= view.nbytes
                 continue
-            self._backlog.append(view[skip:] if skip else view)
+            self._backlog.append((view[skip:] if skip else view, pending_fds))
+            pending_fds = []
             skip = 0
         if not self._writer_armed:
             self._writer_armed = True
@@ -138,59 +186,93 @@ class Connection:
     def _on_writable(self) -> None:
         with self._lock:
             while self._backlog:
-                batch = [self._backlog[i] for i in range(min(len(self._backlog), _IOV_MAX))]
+                batch, rights = self._next_batch()
                 try:
-                    sent = self._sock.sendmsg(batch)
+                    sent = self._sock.sendmsg(batch, rights)
                 except (BlockingIOError, InterruptedError):
                     return
                 except OSError as error:
                     self._fail_locked(error)
                     return
+                if rights:
+                    first, fds = self._backlog[0]
+                    for fd in fds:
+                        os.close(fd)
+                    self._backlog[0] = (first, [])
                 while sent:
-                    head = self._backlog[0]
+                    head, fds = self._backlog[0]
                     if sent >= head.nbytes:
                         sent -= head.nbytes
                         self._backlog.popleft()
                     else:
-                        self._backlog[0] = head[sent:]
+                        self._backlog[0] = (head[sent:], fds)
                         sent = 0
             self._writer_armed = False
             self._loop.remove_writer(self._fd)
 
+    def _next_batch(self) -> tuple[list[memoryview], list[tuple[int, int, bytes]]]:
+        # Descriptors ride on the first byte of a sendmsg: a batch carries at most one
+        # entry's descriptors, and only when that entry comes first.
+        batch: list[memoryview] = []
+        rights: list[tuple[int, int, bytes]] = []
+        for index, (view, fds) in enumerate(self._backlog):
+            if index >= _IOV_MAX or (fds and index > 0):
+                break
+            if fds:
+                rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+            batch.append(view)
+        return batch, rights
+
     # -- receiving ----------------------------------------------------------------------
 
     def _on_readable(self) -> None:
+        # One recv per readiness event: a second one would mostly return EAGAIN, and on a
+        # VM each system call costs microseconds. The reader is level-triggered, so data
+        # left in the socket brings us back on the next loop turn.
         try:
-            while not self._closed:
-                if self._big is not None:
-                    if not self._read_big():
-                        return
-                    continue
-                if self._end == len(self._buf):
-                    self._compact()
-                n = self._sock.recv_into(self._view[self._end :])
-                if n == 0:
-                    self._finish(None)
-                    return
-                self._end += n
-                self._parse()
+            if self._big is not None:
+                self._read_big()
+                return
+            if self._end == len(self._buf):
+                self._compact()
+            n = self._receive(self._view[self._end :])
+            if n == 0:
+                self._finish(None)
+                return
+            self._end += n
+            self._parse()
         except (BlockingIOError, InterruptedError):
             return
         except OSError as error:
             self._finish(error)
+        except Exception as error:
+            # A frame we cannot take apart leaves the stream in an unknown state: close it,
+            # so that every caller waiting on this peer hears at once instead of hanging.
+            log.exception("closing the connection to %s after a bad frame", self.peer)
+            self._finish(error)
 
-    def _read_big(self) -> bool:
+    def _receive(self, into: memoryview) -> int:
+        n, ancillary, flags, _ = self._sock.recvmsg_into([into], _ANCILLARY)
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                received = array.array("i")
+                received.frombytes(data[: len(data) - len(data) % received.itemsize])
+                self._fds.extend(received)
+        if flags & socket.MSG_CTRUNC:
+            raise OSError("peer sent more file descriptors than fit; frame lost")
+        return int(n)
+
+    def _read_big(self) -> None:
         assert self._big is not None and self._big_view is not None
-        n = self._sock.recv_into(self._big_view[self._big_filled :])
+        n = self._receive(self._big_view[self._big_filled :])
         if n == 0:
             self._finish(None)
-            return False
+            return
         self._big_filled += n
         if self._big_filled == len(self._big):
             view, lengths = self._big_view, self._big_lengths
             self._big = self._big_view = None
             self._deliver(view, lengths)
-        return True
 
     def _parse(self) -> None:
         buf, view = self._buf, self._view
@@ -233,8 +315,11 @@ class Connection:
         parts = []
         offset = 0
         for length in lengths:
-            parts.append(body[offset : offset + length])
-            offset += length
+            if length & SHARED:
+                parts.append(map_segment(self._fds.popleft(), length & ~SHARED))
+            else:
+                parts.append(body[offset : offset + length])
+                offset += length
         self._on_frame(self, parts)
 
     # -- closing ------------------------------------------------------------------------
@@ -267,7 +352,12 @@ class Connection:
         # Runs on the loop thread; tears down once and reports once.
         with self._lock:
             self._closed = True
+            for _, fds in self._backlog:
+                for fd in fds:
+                    os.close(fd)
             self._backlog.clear()
+            while self._fds:
+                os.close(self._fds.popleft())
         if self._close_reported:
             return
         self._close_reported = True

@@ -1,9 +1,10 @@
 """The frame format: how a message of several byte parts is laid out on a stream.
 
 A frame is ``<u32 nparts><u64 body_bytes>`` followed by ``nparts`` little-endian u64
-lengths, then the parts back to back. Parts are opaque: the first is usually an envelope
-header, the next a pickle, the rest out-of-band buffers that the receiver maps without a
-further copy. Everything here is pure.
+lengths, then the parts back to back. A length with the ``SHARED`` bit names a part that
+travels as a shared-memory descriptor instead of inline bytes. Parts are opaque: the first
+is usually an envelope header, the next a pickle, the rest out-of-band buffers that the
+receiver maps without a further copy. Everything here is pure.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 __all__ = [
     "Buffer",
     "PREFIX",
+    "SHARED",
     "encode_header",
     "header_size",
     "nbytes",
@@ -25,6 +27,9 @@ __all__ = [
 Buffer = bytes | bytearray | memoryview | pickle.PickleBuffer
 
 PREFIX = struct.Struct("<IQ")
+# A length with this bit set is a part passed as shared memory: its bytes are not in the
+# body, a file descriptor sent with the frame holds them (see ``_shm``).
+SHARED = 1 << 63
 _LENGTH = struct.Struct("<Q")
 _HEADERS: dict[int, struct.Struct] = {}
 
@@ -45,7 +50,8 @@ def _header_struct(nparts: int) -> struct.Struct:
 
 def encode_header(lengths: Sequence[int]) -> bytes:
     """The prefix and length table of a frame whose parts have these sizes."""
-    return _header_struct(len(lengths)).pack(len(lengths), sum(lengths), *lengths)
+    body = sum(n for n in lengths if not n & SHARED)
+    return _header_struct(len(lengths)).pack(len(lengths), body, *lengths)
 
 
 def header_size(nparts: int) -> int:
