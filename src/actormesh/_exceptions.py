@@ -92,6 +92,11 @@ class ActorError(ActorMeshError):
         self.args = cause.args if cause is not None else (self.cause_message,)
         if cause is not None:
             self.__cause__ = cause
+            if isinstance(self, type(cause)):
+                # Also an instance of the cause's type: its attributes (an ``errno``, an
+                # application's error code) must answer here too; ours win on a clash.
+                for name, value in getattr(cause, "__dict__", {}).items():
+                    self.__dict__.setdefault(name, value)
 
     @classmethod
     def wrap(cls, cause: BaseException | None, **fields: Any) -> ActorError:

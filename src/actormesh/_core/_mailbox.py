@@ -4,8 +4,9 @@ Messages from all senders enter one queue and run in arrival order (so one sende
 messages run in send order), one at a time. ``async def`` endpoints run as tasks on the
 process' event loop; ``def`` endpoints run on the actor's own thread, so a blocking step
 never stalls I/O, heartbeats or other actors. Concurrent endpoints skip the queue: each
-starts a task on arrival, even while the actor is busy with another message. The reply is sent by whichever thread finished the work:
-there is no hop back to the loop before the caller hears.
+starts a task on arrival, even while the actor is busy with another message. The reply is
+sent by whichever thread finished the work: there is no hop back to the loop before the
+caller hears.
 """
 
 from __future__ import annotations
