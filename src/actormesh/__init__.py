@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from ._actor import Actor as Actor
+from ._actor_group import actor_mesh as actor_mesh
 from ._actor_mesh import ActorMesh as ActorMesh
 from ._adverbs import ResultStream as ResultStream
 from ._config import Config as Config
@@ -26,6 +27,7 @@ from ._exceptions import ActorInitError as ActorInitError
 from ._exceptions import ActorMeshError as ActorMeshError
 from ._exceptions import CallTimeoutError as CallTimeoutError
 from ._exceptions import EndpointNotFoundError as EndpointNotFoundError
+from ._exceptions import MeshBusyError as MeshBusyError
 from ._exceptions import MeshStoppedError as MeshStoppedError
 from ._exceptions import MessageTooLargeError as MessageTooLargeError
 from ._exceptions import SerializationError as SerializationError
@@ -35,6 +37,7 @@ from ._mesh_state import Failure as Failure
 from ._proc_mesh import ProcMesh as ProcMesh
 from ._proc_mesh import proc_mesh as proc_mesh
 from ._routing import Affinity as Affinity
+from ._routing import ChoosePolicy as ChoosePolicy
 from ._routing import LeastLoaded as LeastLoaded
 from ._routing import PowerOfTwo as PowerOfTwo
 from ._routing import Random as Random
@@ -56,6 +59,7 @@ __all__ = [
     "ActorMeshError",
     "Affinity",
     "CallTimeoutError",
+    "ChoosePolicy",
     "Config",
     "Dispatch",
     "Endpoint",
@@ -63,6 +67,7 @@ __all__ = [
     "Failure",
     "Future",
     "LeastLoaded",
+    "MeshBusyError",
     "MeshStoppedError",
     "MessageTooLargeError",
     "Point",
@@ -76,6 +81,7 @@ __all__ = [
     "SupervisionError",
     "ValueMesh",
     "WorkQueue",
+    "actor_mesh",
     "current_rank",
     "current_size",
     "endpoint",

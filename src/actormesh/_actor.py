@@ -9,8 +9,10 @@ the actor's own thread, inside a context that makes ``current_rank()`` answer.
 from __future__ import annotations
 
 import contextvars
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._context import ActorIdentity, set_current_actor
 from ._core import EndpointKind
@@ -23,13 +25,18 @@ if TYPE_CHECKING:
     from typing import Self
 
     from ._future import Future
+    from ._routing import ChoosePolicy
     from ._shape import Shape
 
 __all__ = ["Actor", "SpawnSpec", "endpoint_table", "missing_endpoint", "point_of"]
 
+log = logging.getLogger("actormesh.actor")
+
 # Attributes of an actor mesh; an endpoint with one of these names could not be reached.
+# tests/groups checks that this covers every public attribute of ActorMesh.
 RESERVED_NAMES = frozenset(
     {
+        "actor_class",
         "flatten",
         "name",
         "rename",
@@ -39,9 +46,15 @@ RESERVED_NAMES = frozenset(
         "split",
         "stats",
         "stop",
-        "actor_class",
+        "with_policy",
     }
 )
+
+# The runtime's own endpoint on every actor: ``fn(host, *args, **kwargs)`` run on the
+# actor's thread, in order with its other messages. It lets library code (process groups,
+# weight sync) act inside actors without the actor class declaring anything. Calling it
+# needs nothing a caller could not already do by pickling a function as an argument.
+SYSTEM_ENDPOINT = "__actormesh_system__"
 
 
 class Actor:
@@ -55,11 +68,18 @@ class Actor:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        clashes = sorted(RESERVED_NAMES & set(endpoint_table(cls)))
+        names = set(endpoint_table(cls))
+        clashes = sorted(RESERVED_NAMES & names)
         if clashes:
             raise TypeError(
                 f"{cls.__qualname__} defines endpoint(s) {clashes} whose names are taken by "
                 "actor meshes (mesh.slice, mesh.stop, ...); rename them"
+            )
+        private = sorted(name for name in names if name.startswith("_"))
+        if private:
+            raise TypeError(
+                f"{cls.__qualname__} defines endpoint(s) {private} starting with '_': a mesh "
+                "keeps its own state in such attributes, so they cannot be reached; rename them"
             )
 
     if TYPE_CHECKING:
@@ -79,6 +99,13 @@ class Actor:
         def rename(self, **names: str) -> Self: ...
         def stop(self) -> Future[None]: ...
         def stats(self) -> dict[int, dict[str, Any]]: ...
+        def with_policy(
+            self,
+            policy: ChoosePolicy | str | None = None,
+            *,
+            max_in_flight: int | None = None,
+            when_full: Literal["wait", "error"] = "wait",
+        ) -> Self: ...
 
 
 def endpoint_table(cls: type) -> dict[str, EndpointOptions]:
@@ -115,19 +142,33 @@ class _ActorHost:
         self.instance = instance
         self.table = table
         self.context = context
+        self.on_close: list[Callable[[], None]] = []
 
     def kind(self, endpoint: str) -> EndpointKind:
         options = self.table.get(endpoint)
         if options is None:
+            if endpoint == SYSTEM_ENDPOINT:
+                return EndpointKind.SYNC
             raise missing_endpoint(
                 type(self.instance).__qualname__, endpoint, self.table, type(self.instance)
             )
         return options.kind
 
     def invoke(self, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if endpoint == SYSTEM_ENDPOINT and endpoint not in self.table:
+            fn, *rest = args
+            return fn(self, *rest, **kwargs)
         return getattr(self.instance, endpoint)(*args, **kwargs)
 
     def close(self) -> None:
+        # Hooks added by system calls (a process group to destroy, say), newest first; one
+        # failing must not keep the others from running or the actor from being dropped.
+        while self.on_close:
+            hook = self.on_close.pop()
+            try:
+                hook()
+            except Exception:
+                log.exception("a close hook of an actor failed")
         self.instance = None
 
 

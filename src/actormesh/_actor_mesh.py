@@ -8,19 +8,21 @@ Endpoints are attributes: ``mesh.step`` is the endpoint ``step`` bound to this h
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from ._actor import missing_endpoint
 from ._adverbs import Adverbs
+from ._choose import ChooseSettings, WhenFull
 from ._core import Runtime
 from ._core._envelope import STOP_MESH
 from ._endpoint import Endpoint, EndpointOptions
 from ._exceptions import ActorDiedError
 from ._future import Future
 from ._mesh_state import MeshState, state_of
-from ._routing import ChoosePolicy, policy_from
-from ._shape import Shape
+from ._routing import Affinity, ChoosePolicy, policy_from
+from ._shape import Point, Shape
 
 if TYPE_CHECKING:
     from ._transport import Connection
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["ActorMesh", "MeshRef"]
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 @dataclass(frozen=True)
@@ -54,22 +57,74 @@ class MeshRef:
 
 
 class ActorMesh(Generic[T]):
-    """A group of actors of one class; returned by ``ProcMesh.spawn``, never built by users.
+    """A group of actors of one class; returned by ``ProcMesh.spawn`` and ``actor_mesh()``.
 
     Endpoints are reached as attributes (``mesh.step.call(x)``). Slicing
     (``mesh.slice(dp=0)``, ``mesh[1, :]``), ``split``, ``flatten`` and ``rename`` return
     handles on parts of the same actors.
+
+    In the Ray ActorMesh style, ``ActorMesh(Cls, args, kwargs, shape=4)`` starts a process
+    per actor and returns the ready mesh, blocking until it is (the options are those of
+    `actor_mesh`, which is the same without blocking: ``await actor_mesh(...)``). The
+    mesh built this way owns its processes: ``stop()`` ends them.
     """
 
-    def __init__(self, ref: MeshRef, shape: Shape, actor_class: type | None = None) -> None:
+    def __new__(cls, *args: Any, **kwargs: Any) -> ActorMesh[Any]:
+        if args and isinstance(args[0], MeshRef):
+            return super().__new__(cls)
+        from ._actor_group import actor_mesh
+
+        mesh: ActorMesh[Any] = actor_mesh(*args, **kwargs).get()
+        return mesh  # already built: __init__ below leaves it as it is
+
+    @overload
+    def __init__(
+        self,
+        ref: MeshRef,
+        shape: Shape,
+        actor_class: type | None = None,
+        settings: ChooseSettings | None = None,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: ActorMesh[A],
+        ref: type[A],
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        shape: int | Sequence[int] | Mapping[str, int],
+        name: str | None = None,
+        env: Mapping[str, str] | Callable[[Point], Mapping[str, str]] | None = None,
+        cpus_per_actor: int | None = None,
+        gpus_per_actor: int | None = None,
+        resources_per_actor: Mapping[str, float] | None = None,
+        runtime_env: Mapping[str, Any] | None = None,
+        choose: ChoosePolicy | str | None = None,
+        max_in_flight: int | None = None,
+        when_full: WhenFull = "wait",
+    ) -> None: ...
+    def __init__(self, ref: Any, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(ref, MeshRef):
+            return  # the Ray-style form: __new__ returned a mesh built by actor_mesh()
+        self._setup(ref, *args, **kwargs)
+
+    def _setup(
+        self,
+        ref: MeshRef,
+        shape: Shape,
+        actor_class: type | None = None,
+        settings: ChooseSettings | None = None,
+    ) -> None:
         self._ref = ref
-        self._shape = shape
-        self._class = actor_class
+        self._shape: Shape = shape
+        self._class: type | None = actor_class
+        self._settings: ChooseSettings = settings or _DEFAULT_SETTINGS
         self._state: MeshState = state_of(ref.mesh_id, ref.name, ref.paths)
         self._adverbs = Adverbs(self)
         self._bound: dict[str, Endpoint[Any, Any]] = {}
         self._route_cache: list[tuple[str, tuple[int, ...]]] | None = None
         self._policies: dict[str, ChoosePolicy] = {}
+        self._keyed: Affinity | None = None
 
     # -- endpoints ----------------------------------------------------------------------
 
@@ -108,7 +163,7 @@ class ActorMesh(Generic[T]):
         return len(self._shape)
 
     def _view(self, shape: Shape) -> ActorMesh[T]:
-        return ActorMesh(self._ref, shape, self._class)
+        return ActorMesh(self._ref, shape, self._class, self._settings)
 
     def slice(self, **dims: int | slice | range) -> ActorMesh[T]:
         """The actors at these coordinates; an int drops its dimension, a range keeps it."""
@@ -140,11 +195,51 @@ class ActorMesh(Generic[T]):
         return routes
 
     def _policy(self, ep: Endpoint[Any, Any]) -> ChoosePolicy:
+        """The choose policy of ``ep`` here: this handle's, else the endpoint's, else the
+        mesh's (one object per endpoint when given by name, so each keeps its own state)."""
         policy = self._policies.get(ep.name)
         if policy is None:
-            spec = ep.options.choose if ep.options.choose is not None else self._state.choose
+            spec = self._settings.policy
+            if spec is None:
+                spec = ep.options.choose if ep.options.choose is not None else self._state.choose
             policy = self._policies[ep.name] = policy_from(spec)
         return policy
+
+    def _affinity(self) -> Affinity:
+        """The policy for calls with a routing key when the handle's policy ignores keys."""
+        if self._keyed is None:
+            self._keyed = Affinity()
+        return self._keyed
+
+    def with_policy(
+        self,
+        policy: ChoosePolicy | str | None = None,
+        *,
+        max_in_flight: int | None = None,
+        when_full: WhenFull | None = None,
+    ) -> ActorMesh[T]:
+        """A handle on the same actors whose ``choose`` calls route by these settings.
+
+        Args:
+            policy: ``"power_of_two"`` (the default), ``"least_loaded"``, ``"random"``,
+                ``"round_robin"``, ``"work_queue"``, ``"affinity"``, or a policy object
+                (any object with ``choose(candidates, in_flight, key)``). ``None`` keeps
+                the current one. A name gives each endpoint its own policy object.
+            max_in_flight: calls a rank may have in flight (counted by this process)
+                before ``choose`` passes it over; ``None`` keeps the current bound.
+            when_full: when every live rank is at the bound, ``"wait"`` queues the call
+                until one has room (pull-based), ``"error"`` raises ``MeshBusyError``.
+
+        Settings are per handle: slices of the new handle keep them; pickled copies
+        sent to other processes do not.
+        """
+        current = self._settings
+        settings = ChooseSettings(
+            policy if policy is not None else current.policy,
+            max_in_flight if max_in_flight is not None else current.max_in_flight,
+            when_full if when_full is not None else current.when_full,
+        )
+        return ActorMesh(self._ref, self._shape, self._class, settings)
 
     # -- load and lifetime --------------------------------------------------------------
 
@@ -153,8 +248,15 @@ class ActorMesh(Generic[T]):
         return self._state.stats()
 
     def stop(self) -> Future[None]:
-        """Drop every actor of this mesh (its processes stay up); pending calls fail."""
+        """Drop every actor of this mesh; pending calls fail.
+
+        The processes of a ``ProcMesh`` stay up for other meshes; those that
+        ``actor_mesh()`` started for this mesh alone stop with it.
+        """
         state = self._state
+        if state.owned is not None:
+            state.stopped = True
+            return state.owned.stop()  # type: ignore[no-any-return]
         future: Future[None] = Future(Runtime.get().in_loop_thread)
         if state.stopped:
             future._set_result(None)
@@ -177,11 +279,26 @@ class ActorMesh(Generic[T]):
             Shape(self._ref.labels, self._ref.sizes, tuple(range(len(self._ref.paths))))
         )._routes()
 
+    async def __aenter__(self) -> ActorMesh[T]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def __enter__(self) -> ActorMesh[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop().get()
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (ActorMesh, (self._ref, self._shape))
 
     def __repr__(self) -> str:
         return f"<ActorMesh '{self._ref.name}' of {self._ref.class_name} {self._shape}>"
+
+
+_DEFAULT_SETTINGS = ChooseSettings()
 
 
 class _StopRequest:

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._actor import point_of
+from ._choose import WhenFull, check_limits, keyed, submit
 from ._core import Runtime, dumps_arguments, loads
 from ._core._envelope import CALL, error_from_payload
 from ._exceptions import ActorDiedError, ActorError, MeshStoppedError
 from ._future import Future, resolved
-from ._routing import NoCapacity
 from ._shape import Point, ValueMesh
 from ._sharding import CallbackDispatch, as_dispatch
 
@@ -66,7 +67,7 @@ class _Request:
                 continue
             for rank in ranks:
                 self.outstanding[rank] = conn
-                self.started[rank] = self.state.started(rank)
+                self.started[rank] = self._start(rank)
             ready.append((conn, ranks, parts))
         self.req_id = runtime.register(self)
         for conn, ranks, parts in ready:
@@ -77,12 +78,19 @@ class _Request:
         for ranks, reason in unreachable:
             runtime.call_soon(self._fail_unreachable, ranks, reason)
 
+    def _start(self, rank: int) -> float:
+        """Count the call to ``rank`` in flight; its start time."""
+        return self.state.started(rank)
+
     def _header(self, ranks: tuple[int, ...]) -> tuple[Any, ...]:
         return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint)
 
     def _fail_unreachable(self, ranks: tuple[int, ...], reason: str) -> None:
         for rank in ranks:
             self.outstanding.pop(rank, None)
+            started = self.started.pop(rank, None)
+            if started is not None:  # counted in flight, then the send failed
+                self.state.finished(rank, started, False)
             self._died(rank, reason)
         if not self.outstanding:
             self._complete()
@@ -254,6 +262,17 @@ class _One(_Request):
         self.future._set_exception(error)
 
 
+class _Chosen(_One):
+    """A ``choose`` call: ``_choose`` counted it in flight when it picked the rank."""
+
+    def __init__(self, mesh: ActorMesh[Any], endpoint: str, rank: int, started: float) -> None:
+        super().__init__(mesh, endpoint, rank)
+        self.picked_at = started
+
+    def _start(self, rank: int) -> float:
+        return self.picked_at
+
+
 class ResultStream(Generic[R]):
     """Results of ``stream`` in arrival order: ``async for`` in asyncio, ``for`` in sync code.
 
@@ -403,46 +422,31 @@ class Adverbs:
         return request.stream
 
     def choose(
-        self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        ep: Endpoint[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: Hashable | None = None,
+        max_in_flight: int | None = None,
+        when_full: WhenFull | None = None,
     ) -> Future[Any]:
+        check_limits(max_in_flight, when_full)
         parts = self._prepare(args, kwargs)
-        state = self.mesh._state
-        policy = self.mesh._policy(ep)
-        live = [rank for rank in self.mesh._shape.ranks if rank not in state.dead]
-        if not live:
-            raise ActorDiedError(
-                f"every actor of mesh '{self.mesh.name}' is dead; nothing to choose from"
-            )
-        try:
-            index = policy.choose(live, state.in_flight(live))
-        except NoCapacity:
-            return self._choose_later(ep, parts)
-        return self._send_one(ep, index, parts)
+        mesh, state = self.mesh, self.mesh._state
+        settings = mesh._settings
+        if max_in_flight is None:
+            max_in_flight = settings.max_in_flight or state.max_in_flight
+        full = when_full or settings.when_full or state.when_full
+        paths, runtime = mesh._ref.paths, Runtime.get()
 
-    def _choose_later(self, ep: Endpoint[Any, Any], parts: list[Any]) -> Future[Any]:
-        """Wait for a rank with capacity (pull-based queue), then send."""
-        outer: Future[Any] = Future(Runtime.get().in_loop_thread)
-        state = self.mesh._state
+        def send(rank: int, started: float) -> Future[Any]:
+            runtime.connection(paths[rank])  # raises ActorDiedError before anything is sent
+            request = _Chosen(mesh, ep.name, rank, started)
+            request.send([(paths[rank], (rank,), parts)])
+            return request.future
 
-        def retry() -> None:
-            live = [rank for rank in self.mesh._shape.ranks if rank not in state.dead]
-            if not live:
-                outer._set_exception(
-                    ActorDiedError(f"every actor of mesh '{self.mesh.name}' is dead")
-                )
-                return
-            try:
-                rank = self.mesh._policy(ep).choose(live, state.in_flight(live))
-            except NoCapacity:
-                with state._lock:
-                    state.capacity_waiters.append(retry)
-                return
-            inner = self._send_one(ep, rank, parts)
-            inner.add_done_callback(lambda f: _chain(f, outer))
-
-        with state._lock:
-            state.capacity_waiters.append(retry)
-        return outer
+        policy = keyed(mesh._policy(ep), key, mesh._affinity)
+        return submit(state, mesh.name, mesh._shape.ranks, policy, key, max_in_flight, full, send)
 
     def shard(
         self,
@@ -455,7 +459,16 @@ class Adverbs:
         chosen = as_dispatch(dispatch if dispatch is not None else ep.options.dispatch)
         if isinstance(chosen, CallbackDispatch):
             result = chosen.invoke(self.mesh, ep.name, args, kwargs)
-            return result if isinstance(result, Future) else resolved(result)
+            if isinstance(result, Future):
+                return result
+            if inspect.iscoroutine(result):
+                # An `async def` dispatch_fn: run it on the runtime's loop, where it can
+                # await the calls it makes without blocking any thread.
+                from ._proc_mesh import _from_concurrent
+
+                runtime = Runtime.get()
+                return _from_concurrent(runtime, runtime.submit(result))
+            return resolved(result)
         shape, paths = self.mesh._shape, self.mesh._ref.paths
         frames: list[tuple[str, tuple[int, ...], list[Any]]] = []
         for rank, (point_args, point_kwargs) in zip(
@@ -466,11 +479,3 @@ class Adverbs:
         request = _Gather(self.mesh, ep.name, transform=chosen.collect)
         request.send(frames)
         return request.future
-
-
-def _chain(inner: Future[Any], outer: Future[Any]) -> None:
-    error = inner.exception()
-    if error is not None:
-        outer._set_exception(error)
-    else:
-        outer._set_result(inner.result())

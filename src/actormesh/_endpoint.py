@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from ._core import EndpointKind
 
@@ -114,6 +114,31 @@ class Endpoint(Generic[P, R]):
         """Call one actor picked by the mesh's choose policy (load-aware by default)."""
         return self._target()._adverbs.choose(self, args, kwargs)  # type: ignore[no-any-return]
 
+    def choose_with(
+        self,
+        *,
+        key: Hashable | None = None,
+        max_in_flight: int | None = None,
+        when_full: Literal["wait", "error"] | None = None,
+    ) -> Callable[P, Future[R]]:
+        """``choose`` with options for one call: ``mesh.gen.choose_with(key=adapter)(x)``.
+
+        Args:
+            key: a routing key: calls with the same key go to the same rank while its
+                load allows (a LoRA adapter or prompt prefix cached there). A policy that
+                ignores keys routes keyed calls by ``Affinity`` instead.
+            max_in_flight: most calls a rank may have in flight for this call to go there.
+            when_full: ``"wait"`` for a rank with room, or ``"error"`` (``MeshBusyError``).
+        """
+        target = self._target()
+
+        def call(*args: P.args, **kwargs: P.kwargs) -> Future[R]:
+            return target._adverbs.choose(  # type: ignore[no-any-return]
+                self, args, kwargs, key, max_in_flight, when_full
+            )
+
+        return call
+
     def stream(self, *args: P.args, **kwargs: P.kwargs) -> ResultStream[R]:
         """Call every actor; iterate ``(point, value)`` pairs in arrival order."""
         return self._target()._adverbs.stream(self, args, kwargs)  # type: ignore[no-any-return]
@@ -121,6 +146,21 @@ class Endpoint(Generic[P, R]):
     def shard(self, *args: P.args, **kwargs: P.kwargs) -> Future[Any]:
         """Split the arguments across the actors with the endpoint's dispatch; combine."""
         return self._target()._adverbs.shard(self, args, kwargs)  # type: ignore[no-any-return]
+
+    def shard_with(self, dispatch: Any) -> Callable[P, Future[Any]]:
+        """``shard`` with a dispatch for one call: ``mesh.step.shard_with(split_along("dp"))(b)``.
+
+        Args:
+            dispatch: a ``Dispatch`` (such as ``split_along("dp", collect="value_mesh")``)
+                or a Ray-style ``dispatch_fn(mesh, method_name, *args, **kwargs)`` whose
+                return value (a value, a ``Future`` or a coroutine) is the result.
+        """
+        target = self._target()
+
+        def call(*args: P.args, **kwargs: P.kwargs) -> Future[Any]:
+            return target._adverbs.shard(self, args, kwargs, dispatch)  # type: ignore[no-any-return]
+
+        return call
 
     def __repr__(self) -> str:
         where = "unbound" if self._mesh is None else f"bound to {self._mesh!r}"

@@ -15,6 +15,8 @@ The tree::
     │                                   ``TypeError``), naming the offending object
     ├── MessageTooLargeError            a message exceeds the configured limit (also
     │                                   ``ValueError``), raised at the sender
+    ├── MeshBusyError                   ``choose`` found every live actor at its
+    │                                   ``max_in_flight`` and was told not to wait
     └── SupervisionError                a failure nobody handled reached the controller
 
 Remote exceptions keep their type by building, on first use, a subclass of both
@@ -34,6 +36,7 @@ __all__ = [
     "ActorMeshError",
     "CallTimeoutError",
     "EndpointNotFoundError",
+    "MeshBusyError",
     "MeshStoppedError",
     "MessageTooLargeError",
     "SerializationError",
@@ -196,6 +199,14 @@ class MessageTooLargeError(ActorMeshError, ValueError):
     """A message is larger than ``Config.max_message_bytes``; raised before sending."""
 
 
+class MeshBusyError(ActorMeshError):
+    """Every live actor a ``choose`` could pick has ``max_in_flight`` calls in flight.
+
+    Raised at the call site when the mesh (or the call) says ``when_full="error"``; with
+    ``"wait"`` the call waits for a rank with capacity instead.
+    """
+
+
 class SupervisionError(ActorMeshError):
     """A failure of an owned mesh that no ``__supervise__`` hook handled.
 
@@ -263,6 +274,7 @@ for _cls in (
     EndpointNotFoundError,
     SerializationError,
     MessageTooLargeError,
+    MeshBusyError,
     SupervisionError,
 ):
     _cls.__module__ = "actormesh"

@@ -57,7 +57,18 @@ class MeshState:
         self.unhandled: list[Failure] = []
         self._lock = threading.Lock()
         self._ranks = [_RankStats() for _ in paths]
+        # Called once each, on the thread that finished a call, after the next call ends;
+        # `choose` registers here while callers wait for a rank with capacity.
         self.capacity_waiters: list[Any] = []
+        # `choose` defaults for every handle of the mesh in this process (set by
+        # `actor_mesh()`), its queue of callers waiting for capacity, and the lock that
+        # makes picking a rank and counting the call in flight one step.
+        self.max_in_flight: int | None = None
+        self.when_full = "wait"
+        self.waiting: deque[Any] = deque()
+        self.choose_lock = threading.Lock()
+        # What to stop with the mesh: the processes `actor_mesh()` started for it.
+        self.owned: Any = None
 
     def check_usable(self) -> None:
         """Raise if the mesh may not take calls: stopped, or an unhandled failure."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, TypeVar
 
@@ -23,7 +23,7 @@ from ._core._envelope import SPAWN
 from ._exceptions import MeshStoppedError
 from ._future import Future
 from ._mesh_state import all_states
-from ._shape import Shape, ValueMesh
+from ._shape import Point, Shape, ValueMesh
 
 __all__ = ["ProcMesh", "proc_mesh"]
 
@@ -156,7 +156,7 @@ def proc_mesh(
     *,
     hosts: int | None = None,
     gpus: int | None = None,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | Callable[[Point], Mapping[str, str]] | None = None,
     name: str = "procs",
     **dims: int,
 ) -> Future[ProcMesh]:
@@ -170,7 +170,8 @@ def proc_mesh(
         shape: the dimensions as a mapping (or an int / tuple of sizes).
         hosts: size of a ``hosts`` dimension (first).
         gpus: size of a ``gpus`` dimension (after ``hosts``).
-        env: extra environment variables for every process.
+        env: extra environment variables for every process, or a function giving each
+            process its own from its coordinates (``lambda point: {...}``).
         name: a label for output prefixes and messages.
         **dims: further named dimensions.
     """
@@ -184,12 +185,11 @@ def proc_mesh(
         mesh_shape = Shape.of(shape)
     runtime = Runtime.get()
     _supervision.install(runtime)
-    extra = dict(env or {})
     specs = []
     for index in range(len(mesh_shape)):
         point = mesh_shape.point(index)
         process_env = {
-            **extra,
+            **(env(point) if callable(env) else env or {}),
             "ACTORMESH_RANK": str(index),
             "ACTORMESH_COORDS": json.dumps(dict(point)),
             "ACTORMESH_WORLD_SIZE": str(len(mesh_shape)),
