@@ -3,7 +3,10 @@
 It joins its owner over the socket named in ``ACTORMESH_PARENT``, then serves its actors
 until told to shut down or until the owner goes away. It never outlives the owner: the
 kernel sends it SIGTERM when the owner dies (``PR_SET_PDEATHSIG``), the owner's socket
-closing ends it too, and on the way out it kills whatever it started (its process group).
+closing ends it too, and a watchdog thread waiting on the owner's pidfd ends it even when
+its event loop is blocked. On the way out it kills whatever it started: its process group
+and every descendant, found through the process tree because the worker is their
+subreaper (orphans of its descendants are re-parented to it, and reaped by it).
 """
 
 from __future__ import annotations
@@ -12,17 +15,21 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import select
 import signal
 import sys
+import threading
 
 from ._config import Config
 from ._core import Runtime
 from ._core._output import install_prefix_streams
+from ._core._reaper import OrphanReaper, become_subreaper, kill_tree
 from ._core._runtime import new_event_loop
 
 __all__ = ["main"]
 
 _PR_SET_PDEATHSIG = 1
+_REAP_INTERVAL = 1.0
 
 
 def _die_with_parent() -> None:
@@ -37,24 +44,45 @@ def _die_with_parent() -> None:
         os._exit(0)
 
 
-def _kill_descendants() -> None:
-    """SIGKILL every other process of our process group (what our actors started)."""
-    me, group = os.getpid(), os.getpgid(0)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-            if int(fields[2]) == group:
-                os.kill(int(entry), signal.SIGKILL)
-        except (OSError, IndexError, ValueError):
-            continue
+def _watch_parent(parent: int) -> None:
+    """End this process soon after ``parent`` dies, even if the event loop is blocked."""
+    try:
+        pidfd = os.pidfd_open(parent)
+    except ProcessLookupError:
+        _exit_now()  # gone already
+    except OSError:
+        return  # no pidfd support: PR_SET_PDEATHSIG and the closed socket still end us
+
+    def wait() -> None:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        while not poller.poll():
+            pass
+        _exit_now()
+
+    threading.Thread(target=wait, name="actormesh-parent-watch", daemon=True).start()
+
+
+def _exit_now() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    kill_tree()
+    os._exit(0)
+
+
+def _reap_periodically(loop: asyncio.AbstractEventLoop, reaper: OrphanReaper) -> None:
+    reaper.tick()
+    loop.call_later(_REAP_INTERVAL, _reap_periodically, loop, reaper)
 
 
 def main() -> None:
     """Run one worker until shutdown."""
     _die_with_parent()
+    become_subreaper()
+    parent = os.environ.get("ACTORMESH_PARENT_PID")
+    if parent:
+        _watch_parent(int(parent))
     config = Config.from_env()
     key = os.environ["ACTORMESH_KEY"]
     if os.environ.get("ACTORMESH_OUTPUT") == "prefix":
@@ -67,14 +95,11 @@ def main() -> None:
 
     install(runtime)
     loop.add_signal_handler(signal.SIGTERM, runtime._exit_worker, "SIGTERM")
+    _reap_periodically(loop, OrphanReaper())
     try:
         loop.run_forever()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-        _kill_descendants()
-        os._exit(0)
+        _exit_now()
 
 
 if __name__ == "__main__":

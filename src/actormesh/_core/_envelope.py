@@ -9,8 +9,13 @@ fan-out re-encodes only the header per destination, never the arguments. The lay
     (REPLY, req_id, rank, ok)                   + value pickle (or error payload) and buffers
     (FAILURE, mesh_id, rank, endpoint)          + error payload: a reply-less call failed
     (STOP_MESH, req_id, mesh_id)                drop every actor of a mesh in this process
-    (CANCEL, req_id)                            the caller gave up on a request
+    (CANCEL, req_id, mesh_id, ranks)            the caller gave up on a request
     (SHUTDOWN,)                                 the owner asks the worker to exit
+    (PING, seq)                                 owner -> worker heartbeat, answered on
+    (PONG, seq)                                 the worker's loop (never an actor thread)
+    (INSPECT, req_id, mesh_id, ranks, call_id)  what are these actors doing about request
+                                                ``call_id``? one REPLY (rank -1) with a
+                                                ``{rank: description}`` pickle
 
 ``req_id`` 0 means no reply is wanted (``broadcast``).
 """
@@ -28,6 +33,9 @@ __all__ = [
     "CANCEL",
     "FAILURE",
     "HELLO",
+    "INSPECT",
+    "PING",
+    "PONG",
     "REPLY",
     "SHUTDOWN",
     "SPAWN",
@@ -39,6 +47,7 @@ __all__ = [
 ]
 
 HELLO, SPAWN, CALL, REPLY, FAILURE, STOP_MESH, CANCEL, SHUTDOWN = range(1, 9)
+PING, PONG, INSPECT = range(9, 12)
 
 
 def encode_header(header: tuple[Any, ...]) -> bytes:

@@ -55,6 +55,8 @@ class ChildProcess:
         self.popen = popen
         self.pid = popen.pid
         self.stopping = False  # set when the owner asks it to exit: its death is expected
+        # Why the owner killed it (missed heartbeats), said instead of "killed by SIGKILL".
+        self.death_note: str | None = None
         self._pidfd: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
