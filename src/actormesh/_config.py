@@ -46,7 +46,7 @@ class Config:
     spawn_timeout: float = 60.0
     stop_grace: float = 3.0
     max_message_bytes: int = 1 << 40
-    shm_threshold: int = 0
+    shm_threshold: int = 1 << 20
     event_loop: Literal["uvloop", "asyncio"] = "uvloop"
     socket_dir: str | None = None
     heartbeat_interval: float = 1.0

@@ -63,6 +63,10 @@ class Future(Generic[R]):
                 return  # first outcome wins (a late reply after a timeout, say)
             self._state, self._value = state, value
             callbacks, self._callbacks = self._callbacks, []
+            # The hooks point back at the request that owns this future: dropping them
+            # breaks the cycle, so a result (and the shared memory under it) is freed as
+            # soon as the caller lets go of it, not at the next garbage collection.
+            self._on_timeout = self._on_cancel = None
         for callback in callbacks:
             callback(self)
 
@@ -123,17 +127,19 @@ class Future(Generic[R]):
     def _expire(self, timeout: float | None) -> None:
         detail = self._on_timeout() if self._on_timeout is not None else ""
         message = f"timed out after {timeout:g} s" + (f": {detail}" if detail else "")
+        on_cancel = self._on_cancel
         self._finish(_FAILED, CallTimeoutError(message))
-        if self._on_cancel is not None:
-            self._on_cancel()
+        if on_cancel is not None:
+            on_cancel()
 
     def cancel(self) -> bool:
         """Abandon the call: waiters get ``asyncio.CancelledError``; True if it was pending."""
         if self._state != _PENDING:
             return False
+        on_cancel = self._on_cancel
         self._finish(_FAILED, asyncio.CancelledError("the call was cancelled"))
-        if self._on_cancel is not None:
-            self._on_cancel()
+        if on_cancel is not None:
+            on_cancel()
         return True
 
     def cancelled(self) -> bool:

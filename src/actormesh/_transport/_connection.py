@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from ._frames import (
+    RETURNED,
     SHARED,
     Buffer,
     encode_header,
@@ -31,7 +32,7 @@ from ._frames import (
     parse_lengths,
     parse_prefix,
 )
-from ._shm import map_segment, to_segment
+from ._shm import map_segment, pool
 
 __all__ = ["Connection", "TransportClosed"]
 
@@ -89,6 +90,9 @@ class Connection:
         # Unsent bytes, in order; an entry's descriptors go with its first byte.
         self._backlog: deque[tuple[memoryview, list[int]]] = deque()
         self._fds: deque[int] = deque()
+        self._returns: list[int] = []
+        self._lent: set[int] = set()  # inodes of our segments the peer holds
+        self._returns_lock = threading.Lock()
         self._writer_armed = False
         self._closed = False
         self._close_reported = False
@@ -128,7 +132,9 @@ class Connection:
             for part in parts:
                 size = nbytes(part)
                 if threshold and size >= threshold:
-                    fds.append(to_segment(part, size))
+                    fd, inode = pool.fill(part, size)
+                    fds.append(fd)
+                    self._lent.add(inode)
                     lengths.append(size | SHARED)
                 else:
                     lengths.append(size)
@@ -281,6 +287,15 @@ class Connection:
             if available < 12:
                 break
             nparts, body = parse_prefix(buf, self._start)
+            if nparts & RETURNED:
+                # The peer is done with segments we sent: they come back for reuse.
+                count = nparts & ~RETURNED
+                if available < header_size(count):
+                    break
+                self._start += header_size(count)
+                for _ in range(count):
+                    self._lent.discard(pool.give(self._fds.popleft()))
+                continue
             if body > self._max_frame or nparts > 1 << 20:
                 raise OSError(f"peer sent a frame of {body} bytes, over the limit")
             head = header_size(nparts)
@@ -311,12 +326,38 @@ class Connection:
         self._buf[:remaining] = self._view[self._start : self._end]
         self._start, self._end = 0, remaining
 
+    def _release(self, fd: int) -> None:
+        # A received segment is unused now (may run on any thread, even inside a send of
+        # this connection during garbage collection: so only queue it and wake the loop).
+        if self._closed or self._loop.is_closed():
+            pool.give(fd)
+            return
+        with self._returns_lock:
+            self._returns.append(fd)
+            if len(self._returns) > 1:
+                return
+        self._loop.call_soon_threadsafe(self._flush_returns)
+
+    def _flush_returns(self) -> None:
+        with self._returns_lock:
+            fds, self._returns = self._returns, []
+        for start in range(0, len(fds), _MAX_FDS):
+            batch = fds[start : start + _MAX_FDS]
+            try:
+                self._send_locked(encode_header([SHARED] * len(batch), returned=True), [], batch)
+            except TransportClosed:
+                for fd in batch:
+                    pool.give(fd)
+                continue
+            for fd in batch:
+                os.close(fd)
+
     def _deliver(self, body: memoryview, lengths: tuple[int, ...]) -> None:
         parts = []
         offset = 0
         for length in lengths:
             if length & SHARED:
-                parts.append(map_segment(self._fds.popleft(), length & ~SHARED))
+                parts.append(map_segment(self._fds.popleft(), length & ~SHARED, self._release))
             else:
                 parts.append(body[offset : offset + length])
                 offset += length
@@ -358,6 +399,8 @@ class Connection:
             self._backlog.clear()
             while self._fds:
                 os.close(self._fds.popleft())
+            lent, self._lent = self._lent, set()
+        pool.forget(lent)
         if self._close_reported:
             return
         self._close_reported = True

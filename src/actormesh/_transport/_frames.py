@@ -16,6 +16,7 @@ from collections.abc import Sequence
 __all__ = [
     "Buffer",
     "PREFIX",
+    "RETURNED",
     "SHARED",
     "encode_header",
     "header_size",
@@ -30,6 +31,9 @@ PREFIX = struct.Struct("<IQ")
 # A length with this bit set is a part passed as shared memory: its bytes are not in the
 # body, a file descriptor sent with the frame holds them (see ``_shm``).
 SHARED = 1 << 63
+# A part count with this bit set is a control frame: the sender's shared-memory parts of
+# earlier frames are unused on this side now, and their descriptors come back with it.
+RETURNED = 1 << 31
 _LENGTH = struct.Struct("<Q")
 _HEADERS: dict[int, struct.Struct] = {}
 
@@ -48,10 +52,11 @@ def _header_struct(nparts: int) -> struct.Struct:
     return fmt
 
 
-def encode_header(lengths: Sequence[int]) -> bytes:
+def encode_header(lengths: Sequence[int], *, returned: bool = False) -> bytes:
     """The prefix and length table of a frame whose parts have these sizes."""
     body = sum(n for n in lengths if not n & SHARED)
-    return _header_struct(len(lengths)).pack(len(lengths), body, *lengths)
+    count = len(lengths) | (RETURNED if returned else 0)
+    return _header_struct(len(lengths)).pack(count, body, *lengths)
 
 
 def header_size(nparts: int) -> int:
