@@ -1,0 +1,170 @@
+"""A ``torch.distributed`` process group across the actors of a mesh, set up in one call.
+
+The controller asks every actor (through the runtime's system endpoint, so the actor class
+declares nothing) for its host and GPUs; the first actor also starts the group's
+``TCPStore`` on a port the kernel picks, so there is no port to guess and no race for it.
+Then every actor sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+``MASTER_ADDR`` and ``MASTER_PORT`` in its process and joins the group on its own thread.
+The group is destroyed when the mesh stops (or with `destroy_process_group`); a process
+that exits takes its group with it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from actormesh._context import current_rank
+from actormesh._core import Runtime
+from actormesh._future import Future
+from actormesh._proc_mesh import _from_concurrent
+from actormesh._system import ActorHost, run_in_actors
+
+__all__ = ["destroy_process_group", "setup_process_group"]
+
+# Worker side: the TCPStore server of a group being set up, by mesh id, between the two
+# system calls (the group keeps its own reference once initialised).
+_STORES: dict[str, Any] = {}
+
+
+def setup_process_group(
+    mesh: Any, *, backend: str | None = None, timeout: float = 120.0
+) -> Future[None]:
+    """Make the actors of ``mesh`` one ``torch.distributed`` group (the default group).
+
+    ``await setup_process_group(trainers)``; afterwards a ``def`` endpoint can wrap its
+    model in ``DistributedDataParallel`` or call ``torch.distributed.all_reduce``. Ranks
+    follow the mesh handle's order (row-major over its dimensions).
+
+    Args:
+        mesh: an actor mesh (or a slice of one): one actor per process.
+        backend: ``"gloo"``, ``"nccl"``, ...; by default ``"nccl"`` when every actor sees
+            a GPU, else ``"gloo"``. With nccl each process uses GPU ``LOCAL_RANK`` of
+            those it sees (GPU 0 when it sees one, as with ``gpus_per_actor=1``).
+        timeout: seconds the rendezvous and later collectives may take.
+
+    Raises (through the future):
+        ActorError: a process already has a default process group, or joining failed.
+    """
+    runtime = Runtime.get()
+    return _from_concurrent(runtime, runtime.submit(_setup(mesh, backend, timeout)))
+
+
+def destroy_process_group(mesh: Any) -> Future[None]:
+    """Leave and destroy the group of every actor of ``mesh`` (a no-op where there is none)."""
+    runtime = Runtime.get()
+
+    async def destroy() -> None:
+        await run_in_actors(mesh, _destroy_in_actor)
+
+    return _from_concurrent(runtime, runtime.submit(destroy()))
+
+
+async def _setup(mesh: Any, backend: str | None, timeout: float) -> None:
+    ranks = mesh._shape.ranks  # root ranks, in this handle's order
+    key = mesh._ref.mesh_id
+    probes = await run_in_actors(mesh, _probe, ranks[0], key, timeout)
+    infos: dict[int, dict[str, Any]] = {
+        root: info for root, info in zip(ranks, probes.values(), strict=True)
+    }
+    leader = infos[ranks[0]]
+    hosts = {info["host"] for info in infos.values()}
+    address = "127.0.0.1" if len(hosts) == 1 else leader["host"]
+    if backend is None:
+        backend = "nccl" if all(info["gpus"] > 0 for info in infos.values()) else "gloo"
+    layout = _layout(ranks, {root: info["host"] for root, info in infos.items()})
+    await run_in_actors(mesh, _join, layout, address, leader["port"], backend, timeout, key)
+
+
+def _layout(ranks: tuple[int, ...], hosts: Mapping[int, str]) -> dict[int, tuple[int, int, int]]:
+    """Root rank -> (group rank, local rank, local world size); local means same host."""
+    per_host: dict[str, list[int]] = {}
+    for root in ranks:
+        per_host.setdefault(hosts[root], []).append(root)
+    layout = {}
+    for group_rank, root in enumerate(ranks):
+        peers = per_host[hosts[root]]
+        layout[root] = (group_rank, peers.index(root), len(peers))
+    return layout
+
+
+def _probe(host: ActorHost, leader: int, key: str, timeout: float) -> dict[str, Any]:
+    """In each actor: its host name and GPU count; the leader also starts the store."""
+    import torch
+
+    info: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+    }
+    if current_rank().rank == leader:
+        import torch.distributed as dist
+
+        # torch documents TCPStore here but does not re-export it explicitly for mypy.
+        store = dist.TCPStore(  # type: ignore[attr-defined]
+            "0.0.0.0",
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=timeout),
+        )
+        _STORES[key] = store
+        info["port"] = store.port
+    return info
+
+
+def _join(
+    host: ActorHost,
+    layout: Mapping[int, tuple[int, int, int]],
+    address: str,
+    port: int,
+    backend: str,
+    timeout: float,
+    key: str,
+) -> None:
+    """In each actor: set torch's variables and join the group (blocks until all have)."""
+    import torch
+    import torch.distributed as dist
+
+    rank, local_rank, local_world = layout[current_rank().rank]
+    if dist.is_initialized():
+        _STORES.pop(key, None)
+        raise RuntimeError(
+            "this process already has a torch.distributed process group; an actor mesh "
+            "whose processes host another group's actors cannot have one too "
+            "(destroy_process_group(other_mesh) first)"
+        )
+    world = len(layout)
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(local_rank),
+        LOCAL_WORLD_SIZE=str(local_world),
+        MASTER_ADDR=address,
+        MASTER_PORT=str(port),
+    )
+    wait = datetime.timedelta(seconds=timeout)
+    store = _STORES.pop(key, None)
+    if store is None:
+        store = dist.TCPStore(address, port, is_master=False, timeout=wait)  # type: ignore[attr-defined]
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=wait)
+    host.on_close.append(_destroy_group)
+
+
+def _destroy_in_actor(host: ActorHost) -> None:
+    if _destroy_group in host.on_close:
+        host.on_close.remove(_destroy_group)
+    _destroy_group()
+
+
+def _destroy_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        os.environ.pop(name, None)
