@@ -42,6 +42,10 @@ _READ_CHUNK = 256 * 1024
 _IOV_MAX = 512
 _MAX_FDS = 64
 _ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * 4)
+# Plain ints: the socket module's enum members cost a Python-level call per operation.
+_SOL_SOCKET = int(socket.SOL_SOCKET)
+_SCM_RIGHTS = int(socket.SCM_RIGHTS)
+_MSG_CTRUNC = int(socket.MSG_CTRUNC)
 
 
 class TransportClosed(ConnectionError):
@@ -154,7 +158,7 @@ class Connection:
                 return
             try:
                 if fds:
-                    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+                    rights = [(_SOL_SOCKET, _SCM_RIGHTS, array.array("i", fds))]
                     sent = self._sock.sendmsg([header, *inline], rights)
                 else:
                     sent = self._sock.sendmsg([header, *inline])
@@ -225,7 +229,7 @@ class Connection:
             if index >= _IOV_MAX or (fds and index > 0):
                 break
             if fds:
-                rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+                rights = [(_SOL_SOCKET, _SCM_RIGHTS, array.array("i", fds).tobytes())]
             batch.append(view)
         return batch, rights
 
@@ -260,11 +264,11 @@ class Connection:
     def _receive(self, into: memoryview) -> int:
         n, ancillary, flags, _ = self._sock.recvmsg_into([into], _ANCILLARY)
         for level, kind, data in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            if level == _SOL_SOCKET and kind == _SCM_RIGHTS:
                 received = array.array("i")
                 received.frombytes(data[: len(data) - len(data) % received.itemsize])
                 self._fds.extend(received)
-        if flags & socket.MSG_CTRUNC:
+        if flags & _MSG_CTRUNC:
             raise OSError("peer sent more file descriptors than fit; frame lost")
         return int(n)
 
