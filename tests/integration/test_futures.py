@@ -1,0 +1,116 @@
+"""Futures (issue 2, point 5): ``await``, ``get(timeout)``, and no deadlock on the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from integration_actors import Echo, Relay, Sleeper
+from integration_support import run
+
+from actormesh import ActorError, ActorMesh, CallTimeoutError, Future, ProcMesh
+
+
+@pytest.fixture(scope="module")
+def echo(procs: ProcMesh) -> ActorMesh[Echo]:
+    return procs.spawn("echo", Echo).get(timeout=30)  # type: ignore[return-value]
+
+
+def test_every_adverb_that_answers_returns_a_future(echo: ActorMesh[Echo]) -> None:
+    one = echo[0, 0]
+    futures = [
+        echo.async_echo.call(1),
+        one.async_echo.call_one(1),
+        echo.async_echo.choose(1),
+        echo.async_echo.all(1),
+    ]
+    assert all(isinstance(f, Future) for f in futures)
+    for future in futures:
+        future.get(timeout=30)
+        assert future.done()
+
+
+def test_await_works_on_any_event_loop(echo: ActorMesh[Echo]) -> None:
+    async def main() -> tuple[object, object]:
+        first = await echo[0, 0].async_echo.call_one("a")
+        both = await asyncio.gather(
+            echo[0, 1].async_echo.call_one("b"), echo[1, 0].sync_echo.call_one("c")
+        )
+        return first, both
+
+    # Two separate loops, one after the other, as two notebook cells or two asyncio.run.
+    assert run(main())[0] == ("async", "a", "echo")
+    assert run(main())[1][0] == ("async", "b", "echo")  # type: ignore[index]
+
+
+def test_get_works_from_plain_threads(echo: ActorMesh[Echo]) -> None:
+    results: list[object] = []
+
+    def worker(i: int) -> None:
+        results.append(echo[1, 1].async_echo.call_one(i).get(timeout=30))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(r[1] for r in results) == [0, 1, 2, 3]  # type: ignore[index]
+
+
+def test_get_timeout_raises_call_timeout_error_naming_the_pending_actors(
+    procs: ProcMesh,
+) -> None:
+    sleepers = procs.spawn("slow_for_timeout", Sleeper).get(timeout=30)
+    future = sleepers.slice(dp=1).nap.call(0.5)
+    start = time.monotonic()
+    with pytest.raises(CallTimeoutError) as caught:
+        future.get(timeout=0.05)
+    assert time.monotonic() - start < 0.4
+    error = caught.value
+    assert isinstance(error, TimeoutError)
+    assert "{dp=1, tp=0}, {dp=1, tp=1}" in str(error)
+    assert "'slow_for_timeout'" in str(error)
+    assert "'nap'" in str(error)
+    # The future stays failed; the actors are fine and answer the next call.
+    with pytest.raises(CallTimeoutError):
+        future.get()
+    assert sleepers.slice(dp=1).ping.call().get(timeout=30).item(tp=0) == "pong"
+
+
+def test_cancelling_an_await_cancels_the_call(procs: ProcMesh) -> None:
+    sleepers = procs.spawn("slow_for_wait_for", Sleeper).get(timeout=30)
+    future = sleepers[0, 0].nap.call_one(0.5)
+
+    async def main() -> None:
+        await asyncio.wait_for(_await(future), 0.05)
+
+    with pytest.raises(TimeoutError):
+        run(main())
+    assert future.cancelled()
+    assert sleepers[0, 0].ping.call_one().get(timeout=30) == "pong"
+
+
+async def _await(future: Future[int]) -> int:
+    return await future
+
+
+def test_get_inside_an_async_endpoint_raises_instead_of_deadlocking(
+    procs: ProcMesh, echo: ActorMesh[Echo]
+) -> None:
+    relay = procs.spawn("relay_get", Relay).get(timeout=30)
+    start = time.monotonic()
+    with pytest.raises(ActorError) as caught:
+        relay[0, 0].get_in_async.call_one(echo[1, 1]).get(timeout=30)
+    assert time.monotonic() - start < 5
+    assert isinstance(caught.value, RuntimeError)
+    assert "would deadlock" in str(caught.value)
+    assert "use `await future`" in str(caught.value)
+
+
+def test_get_inside_a_def_endpoint_blocks_the_actor_thread_only(
+    procs: ProcMesh, echo: ActorMesh[Echo]
+) -> None:
+    relay = procs.spawn("relay_get_def", Relay).get(timeout=30)
+    assert relay[0, 0].get_in_def.call_one(echo[1, 1]).get(timeout=30) == ("async", 2, "echo")

@@ -1,0 +1,139 @@
+"""Lifetimes (issue 2, point 12): no orphans, deaths reported, blocking steps isolated."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from integration_actors import Sleeper
+from integration_support import live, process_gone, run_script, wait_until
+
+from actormesh import ActorDiedError, ActorMesh, Failure, MeshStoppedError, proc_mesh
+
+CONTROLLER = """
+    import asyncio
+    import os
+    import signal
+    import sys
+
+    from actormesh import Actor, endpoint, proc_mesh
+
+
+    class Holder(Actor):
+        @endpoint
+        def pid(self):
+            return os.getpid()
+
+
+    async def main(how):
+        procs = await proc_mesh(gpus=3)
+        holders = await procs.spawn("holders", Holder)
+        pids = list((await holders.pid.call()).values())
+        print(" ".join(map(str, pids)), flush=True)
+        if how == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "raise":
+            raise RuntimeError("the controller failed")
+
+
+    asyncio.run(main(sys.argv[1]))
+"""
+
+# How long workers may outlive their controller (issue 2: "within 2 s").
+ORPHAN_DEADLINE_S = 2.0
+
+
+@pytest.mark.parametrize(
+    ("how", "returncode"),
+    [("sigkill", -signal.SIGKILL), ("raise", 1), ("return", 0)],
+)
+def test_no_worker_outlives_its_controller(tmp_path: Path, how: str, returncode: int) -> None:
+    done = run_script(CONTROLLER, tmp_path, args=(how,))
+    exited = time.monotonic()
+    assert done.returncode == returncode, done.stderr
+    pids = [int(p) for p in done.stdout.split()]
+    assert len(pids) == 3
+    deadline = exited + ORPHAN_DEADLINE_S
+    while live(pids) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert live(pids) == [], f"workers alive {ORPHAN_DEADLINE_S} s after the controller"
+    if how == "raise":
+        assert "the controller failed" in done.stderr
+
+
+def test_killed_worker_fails_the_waiting_call_with_the_signal(
+    failure_hook: list[Failure],
+) -> None:
+    procs = proc_mesh(gpus=2).get(timeout=30)
+    try:
+        sleepers: ActorMesh[Sleeper] = procs.spawn("victims", Sleeper).get(timeout=30)  # type: ignore[assignment]
+        pid = sleepers.slice(gpus=1).pid.call_one().get(timeout=30)
+        waiting = sleepers.slice(gpus=1).block.call_one(30)
+        wait_until(
+            lambda: sleepers.slice(gpus=1).is_blocking.call_one().get(timeout=10),
+            10,
+            "the actor to start blocking",
+        )
+        start = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ActorDiedError, match="SIGKILL") as caught:
+            waiting.get(timeout=10)
+        assert time.monotonic() - start < 3
+        error = caught.value
+        assert "'victims'" in str(error)
+        assert "'block'" in str(error)
+        assert error.ranks == (1,)
+        assert "SIGKILL" in error.reason
+        # The owner hears of the death too (here through the failure hook).
+        wait_until(lambda: bool(failure_hook), 5, "the death to be reported")
+        assert failure_hook[0].kind == "died"
+        assert failure_hook[0].ranks == (1,)
+        # The other process and its actor are unaffected.
+        assert sleepers.slice(gpus=0).ping.call_one().get(timeout=10) == "pong"
+        # New calls to the dead actor fail at once instead of hanging.
+        with pytest.raises(ActorDiedError):
+            sleepers.slice(gpus=1).ping.call_one().get(timeout=10)
+    finally:
+        procs.stop().get(timeout=30)
+
+
+def test_blocking_def_endpoint_does_not_stall_its_process() -> None:
+    """A def endpoint sleeping 10 s; everything else in its process keeps answering."""
+    procs = proc_mesh(gpus=2).get(timeout=30)
+    try:
+        busy: ActorMesh[Sleeper] = procs.spawn("busy", Sleeper).get(timeout=30)  # type: ignore[assignment]
+        neighbour: ActorMesh[Sleeper] = procs.spawn("neighbour", Sleeper).get(timeout=30)  # type: ignore[assignment]
+        step = busy.slice(gpus=0).block.call_one(10)
+        # The handshake: the busy actor's own concurrent endpoint answers while it blocks.
+        wait_until(
+            lambda: busy.slice(gpus=0).is_blocking.call_one().get(timeout=2),
+            5,
+            "the busy actor to report it is blocking",
+        )
+        start = time.monotonic()
+        for _ in range(20):
+            # Another actor in the same process, and the same process' I/O.
+            assert neighbour.slice(gpus=0).ping.call_one().get(timeout=2) == "pong"
+            assert busy.slice(gpus=0).is_blocking.call_one().get(timeout=2) is True
+        assert neighbour.ping.call().get(timeout=2).item(gpus=0) == "pong"
+        assert time.monotonic() - start < 2
+        assert not step.done()
+    finally:
+        stopped = time.monotonic()
+        procs.stop().get(timeout=30)
+    # Stopping does not wait for the blocked step to finish.
+    assert time.monotonic() - stopped < 5
+    with pytest.raises(MeshStoppedError, match="'busy' was stopped before"):
+        step.get(timeout=5)
+
+
+def test_stop_leaves_no_process_behind() -> None:
+    procs = proc_mesh(gpus=3).get(timeout=30)
+    sleepers = procs.spawn("stopped", Sleeper).get(timeout=30)
+    pids = list(sleepers.pid.call().get(timeout=30).values())
+    assert all(not process_gone(pid) for pid in pids)
+    procs.stop().get(timeout=30)
+    assert live(pids) == []

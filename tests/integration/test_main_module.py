@@ -1,0 +1,78 @@
+"""Code in ``__main__`` (issue 2, point 10): the driver script's classes and functions work.
+
+Each test runs a script in a new Python process, as a user would run their program; the
+workers cannot import ``__main__`` of that script, so its code travels by value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from integration_support import run_script
+
+SCRIPT = """
+    import asyncio
+
+    from actormesh import Actor, current_rank, endpoint, proc_mesh
+
+
+    def square(x):
+        return x * x
+
+
+    class Scale:
+        def __init__(self, factor):
+            self.factor = factor
+
+        def __call__(self, x):
+            return self.factor * x
+
+
+    class Applier(Actor):
+        def __init__(self, offset):
+            self.offset = offset
+
+        @endpoint
+        def apply(self, fn, x):
+            return fn(x) + self.offset
+
+        @endpoint
+        async def make(self):
+            return Scale(current_rank().rank + 1)
+
+
+    def build_local_actor():
+        class Local(Actor):
+            @endpoint
+            async def hello(self):
+                return f"local {current_rank().rank}"
+
+        return Local
+
+
+    async def main():
+        procs = await proc_mesh(gpus=2)
+        appliers = await procs.spawn("appliers", Applier, 100)
+        print("function:", list((await appliers.apply.call(square, 3)).values()))
+        print("lambda:", list((await appliers.apply.call(lambda v: v - 1, 3)).values()))
+        print("instance:", list((await appliers.apply.call(Scale(10), 3)).values()))
+        made = await appliers.make.call()
+        print("returned:", [type(m).__name__ for m in made.values()], [m(1) for m in made.values()])
+        local = await procs.spawn("local", build_local_actor())
+        print("local class:", list((await local.hello.call()).values()))
+        await procs.stop()
+
+
+    asyncio.run(main())
+"""
+
+
+def test_classes_and_functions_of_the_main_script_run_in_the_workers(tmp_path: Path) -> None:
+    done = run_script(SCRIPT, tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "function: [109, 109]" in lines
+    assert "lambda: [102, 102]" in lines
+    assert "instance: [130, 130]" in lines
+    assert "returned: ['Scale', 'Scale'] [1, 2]" in lines
+    assert "local class: ['local 0', 'local 1']" in lines

@@ -1,0 +1,150 @@
+"""Meshes (issue 2, point 3): shapes, spawn, several actor meshes, stop and ``async with``."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from integration_actors import Broken, Echo, Recorder
+from integration_support import live, run
+
+from actormesh import (
+    ActorInitError,
+    ActorMesh,
+    MeshStoppedError,
+    ProcMesh,
+    Shape,
+    proc_mesh,
+)
+
+
+def worker_pids(mesh: ActorMesh[Echo]) -> list[int]:
+    return list(mesh.pid.call().get(timeout=30).values())
+
+
+@pytest.mark.parametrize(
+    ("make", "shape"),
+    [
+        (lambda: proc_mesh(gpus=4), Shape.from_dims(("gpus",), (4,))),
+        (lambda: proc_mesh(hosts=1, gpus=4), Shape.from_dims(("hosts", "gpus"), (1, 4))),
+        (lambda: proc_mesh({"dp": 2, "tp": 2}), Shape.from_dims(("dp", "tp"), (2, 2))),
+    ],
+    ids=["gpus=4", "hosts=1,gpus=4", "dp=2,tp=2"],
+)
+def test_proc_mesh_starts_one_process_per_point(make, shape: Shape) -> None:  # type: ignore[no-untyped-def]
+    async def main() -> list[int]:
+        procs = await make()
+        try:
+            assert procs.shape == shape
+            assert procs.size == len(procs) == 4
+            echo = await procs.spawn("echo", Echo)
+            assert echo.shape == shape
+            pids = await echo.pid.call()
+            assert pids.shape == shape
+            return list(pids.values())
+        finally:
+            await procs.stop()
+
+    pids = run(main())
+    assert len(set(pids)) == 4
+    assert os.getpid() not in pids
+    assert live(pids) == []
+
+
+def test_proc_mesh_refuses_a_shape_given_twice() -> None:
+    with pytest.raises(TypeError, match="not both"):
+        proc_mesh({"dp": 2}, gpus=2)
+
+
+def test_several_actor_meshes_share_the_processes_and_keep_their_own_state(
+    procs: ProcMesh,
+) -> None:
+    async def main() -> None:
+        first = await procs.spawn("first", Echo)
+        second = await procs.spawn("second", Echo)
+        third = await procs.spawn("third", Recorder)
+        assert list((await first.pid.call()).values()) == list((await second.pid.call()).values())
+        await first.set_value.call("one")
+        await second.set_value.call("two")
+        await third.record.call("three")
+        assert list((await first.get_value.call()).values()) == ["one"] * 4
+        assert list((await second.get_value.call()).values()) == ["two"] * 4
+        assert list((await third.recorded.call()).values()) == [["three"]] * 4
+
+    run(main())
+
+
+def test_stopping_an_actor_mesh_leaves_the_processes_and_other_meshes(procs: ProcMesh) -> None:
+    async def main() -> None:
+        doomed = await procs.spawn("doomed", Echo)
+        kept = await procs.spawn("kept", Echo)
+        await doomed.stop()
+        with pytest.raises(MeshStoppedError, match="'doomed' was stopped"):
+            doomed.async_echo.call(1)
+        assert list((await kept.async_echo.call(1)).values()) == [("async", 1, "echo")] * 4
+
+    run(main())
+
+
+def test_stop_ends_every_process_and_refuses_new_work() -> None:
+    procs = proc_mesh(gpus=2).get(timeout=30)
+    echo = procs.spawn("echo", Echo).get(timeout=30)
+    pids = worker_pids(echo)
+    procs.stop().get(timeout=30)
+    assert live(pids) == []
+    with pytest.raises(MeshStoppedError):
+        echo.pid.call()
+    with pytest.raises(MeshStoppedError):
+        procs.spawn("again", Echo)
+    procs.stop().get(timeout=5)  # stopping twice is harmless
+
+
+def test_async_with_stops_the_processes() -> None:
+    async def main() -> list[int]:
+        async with await proc_mesh(gpus=2) as procs:
+            echo = await procs.spawn("echo", Echo)
+            pids = list((await echo.pid.call()).values())
+            assert live(pids) == pids
+        return pids
+
+    assert live(run(main())) == []
+
+
+def test_with_block_stops_the_processes_even_when_the_body_raises() -> None:
+    pids: list[int] = []
+    with pytest.raises(RuntimeError, match="body failed"), proc_mesh(gpus=2).get() as procs:
+        pids.extend(worker_pids(procs.spawn("echo", Echo).get()))
+        raise RuntimeError("body failed")
+    assert len(pids) == 2
+    assert live(pids) == []
+
+
+def test_failing_init_fails_the_spawn_with_actor_init_error(procs: ProcMesh) -> None:
+    with pytest.raises(ActorInitError) as caught:
+        procs.spawn("broken", Broken).get(timeout=30)
+    error = caught.value
+    assert isinstance(error, KeyError)
+    assert error.mesh == "broken"
+    assert "no config" in str(error)
+    assert "__init__" in str(error)
+    # The processes survive a failed spawn.
+    echo = procs.spawn("after_broken", Echo).get(timeout=30)
+    assert len(worker_pids(echo)) == 4
+
+
+def test_spawn_checks_its_arguments(procs: ProcMesh) -> None:
+    with pytest.raises(TypeError, match=r"subclass of actormesh\.Actor"):
+        procs.spawn("x", dict)
+    with pytest.raises(TypeError, match="mesh name"):
+        procs.spawn(Echo, Echo)  # type: ignore[arg-type]
+
+
+def test_spawn_on_a_slice_of_the_processes(procs: ProcMesh) -> None:
+    row = procs.slice(dp=1)
+    echo = row.spawn("row", Echo).get(timeout=30)
+    assert echo.shape == Shape.from_dims(("tp",), (2,))
+    identities = echo.whoami.call().get(timeout=30)
+    assert [i["env_coords"] for i in identities.values()] == [
+        {"dp": 1, "tp": 0},
+        {"dp": 1, "tp": 1},
+    ]
