@@ -20,6 +20,7 @@ from ._actor import point_of
 from ._choose import WhenFull, check_limits, keyed, submit
 from ._core import Runtime, dumps_arguments, loads
 from ._core._envelope import CALL, error_from_payload
+from ._core._limits import check_message_size
 from ._exceptions import ActorDiedError, ActorError, MeshStoppedError
 from ._future import Future, resolved
 from ._shape import Point, ValueMesh
@@ -301,42 +302,40 @@ class ResultStream(Generic[R]):
         for wake in wakers:
             wake()
 
-    def _take(self) -> tuple[Point, R] | None:
+    def _take(self) -> tuple[Point, R]:
         point, value, error = self._items.popleft()
         if error is not None:
             raise error
         return point, value
 
+    # The stream is its own iterator, so an error raised for one actor does not end the
+    # iteration: the next ``next()`` goes on with the other actors' results.
+
     def __iter__(self) -> Iterator[tuple[Point, R]]:
-        while True:
-            with self._cond:
-                while not self._items and not self._closed:
-                    self._cond.wait()
-                if not self._items:
-                    return
-                item = self._take()
-            assert item is not None
-            yield item
+        return self
+
+    def __next__(self) -> tuple[Point, R]:
+        with self._cond:
+            while not self._items and not self._closed:
+                self._cond.wait()
+            if not self._items:
+                raise StopIteration
+            return self._take()
 
     def __aiter__(self) -> AsyncIterator[tuple[Point, R]]:
-        return self._aiter()
+        return self
 
-    async def _aiter(self) -> AsyncIterator[tuple[Point, R]]:
+    async def __anext__(self) -> tuple[Point, R]:
         loop = asyncio.get_running_loop()
         while True:
             with self._cond:
                 if self._items:
-                    item = self._take()
-                elif self._closed:
-                    return
-                else:
-                    waiter: asyncio.Future[None] = loop.create_future()
-                    self._wakers.append(functools.partial(_settle_threadsafe, loop, waiter))
-                    item = None
-            if item is None:
-                await waiter
-                continue
-            yield item
+                    return self._take()
+                if self._closed:
+                    raise StopAsyncIteration
+                waiter: asyncio.Future[None] = loop.create_future()
+                self._wakers.append(functools.partial(_settle_threadsafe, loop, waiter))
+            await waiter
 
 
 def _settle_threadsafe(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None]) -> None:
@@ -373,15 +372,25 @@ class Adverbs:
     def __init__(self, mesh: ActorMesh[Any]) -> None:
         self.mesh = mesh
 
-    def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    def _prepare(
+        self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> list[Any]:
+        """Check the call where it is written, then pickle its arguments once."""
         self.mesh._state.check_usable()
+        arity = ep.options.arity
+        if arity is not None:
+            arity.check(ep.name, args, kwargs)
         payload, buffers = dumps_arguments(args, kwargs)
-        return [payload, *buffers]
+        parts = [payload, *buffers]
+        limit = Runtime.get().config.max_message_bytes
+        if len(payload) > limit or buffers:
+            check_message_size(parts, limit, f"the call to endpoint '{ep.name}'")
+        return parts
 
     def call(
         self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Future[Any]:
-        parts = self._prepare(args, kwargs)
+        parts = self._prepare(ep, args, kwargs)
         request = _Gather(self.mesh, ep.name)
         request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])
         return request.future
@@ -396,7 +405,7 @@ class Adverbs:
                 f"{len(shape)} actors {shape}; select one first, e.g. "
                 f"mesh.slice({', '.join(f'{label}=0' for label in shape.labels)})"
             )
-        parts = self._prepare(args, kwargs)
+        parts = self._prepare(ep, args, kwargs)
         return self._send_one(ep, shape.ranks[0], parts)
 
     def _send_one(self, ep: Endpoint[Any, Any], rank: int, parts: list[Any]) -> Future[Any]:
@@ -407,16 +416,29 @@ class Adverbs:
     def broadcast(
         self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        parts = self._prepare(args, kwargs)
+        parts = self._prepare(ep, args, kwargs)
         runtime, mesh_id = Runtime.get(), self.mesh._ref.mesh_id
+        dead: dict[int, str] = {}
         for path, ranks in self.mesh._routes():
-            conn = runtime.connection(path)
-            runtime.send(conn, (CALL, 0, mesh_id, ranks, ep.name), parts)
+            try:
+                runtime.send(runtime.connection(path), (CALL, 0, mesh_id, ranks, ep.name), parts)
+            except ActorDiedError as error:
+                dead.update(dict.fromkeys(ranks, error.reason))
+        if dead:
+            # The live ranks got it; say which did not rather than drop it silently.
+            ranks = tuple(sorted(dead))
+            points = ", ".join(str(point_of(self.mesh._ref, rank)) for rank in ranks)
+            raise ActorDiedError(
+                f"broadcast to endpoint '{ep.name}' of mesh '{self.mesh.name}' reached the live "
+                f"actors but not {points}: {next(iter(dead.values()))}",
+                reason=next(iter(dead.values())),
+                ranks=ranks,
+            )
 
     def stream(
         self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> ResultStream[Any]:
-        parts = self._prepare(args, kwargs)
+        parts = self._prepare(ep, args, kwargs)
         request = _Stream(self.mesh, ep.name)
         request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])
         return request.stream
@@ -431,7 +453,7 @@ class Adverbs:
         when_full: WhenFull | None = None,
     ) -> Future[Any]:
         check_limits(max_in_flight, when_full)
-        parts = self._prepare(args, kwargs)
+        parts = self._prepare(ep, args, kwargs)
         mesh, state = self.mesh, self.mesh._state
         settings = mesh._settings
         if max_in_flight is None:
@@ -470,12 +492,15 @@ class Adverbs:
                 return _from_concurrent(runtime, runtime.submit(result))
             return resolved(result)
         shape, paths = self.mesh._shape, self.mesh._ref.paths
+        limit = Runtime.get().config.max_message_bytes
         frames: list[tuple[str, tuple[int, ...], list[Any]]] = []
         for rank, (point_args, point_kwargs) in zip(
             shape.ranks, chosen.split(shape, args, kwargs), strict=True
         ):
             payload, buffers = dumps_arguments(point_args, point_kwargs)
-            frames.append((paths[rank], (rank,), [payload, *buffers]))
+            parts = [payload, *buffers]
+            check_message_size(parts, limit, f"the shard of endpoint '{ep.name}' for rank {rank}")
+            frames.append((paths[rank], (rank,), parts))
         request = _Gather(self.mesh, ep.name, transform=chosen.collect)
         request.send(frames)
         return request.future

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from ._core import EndpointKind
+from ._signature import Arity
 
 if TYPE_CHECKING:
     from ._adverbs import ResultStream
@@ -37,12 +38,14 @@ class EndpointOptions:
         dispatch: the default ``shard`` dispatch (a ``Dispatch`` or a Ray-style function).
         choose: the default ``choose`` policy name or object, or ``None`` for the mesh's.
         idempotent: safe to run again after a restart.
+        arity: what arguments it accepts, checked at the call site (``None``: unchecked).
     """
 
     kind: EndpointKind
     dispatch: Any = None
     choose: Any = None
     idempotent: bool = False
+    arity: Arity | None = None
 
 
 class Endpoint(Generic[P, R]):
@@ -216,7 +219,8 @@ def endpoint(
             kind = EndpointKind.ASYNC
         else:
             kind = EndpointKind.SYNC
-        return Endpoint(method, EndpointOptions(kind, dispatch, choose, idempotent))
+        options = EndpointOptions(kind, dispatch, choose, idempotent, Arity.of(method))
+        return Endpoint(method, options)
 
     if fn is not None:
         return decorate(fn)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,10 @@ class Worker(Actor):
             check=True,
         )
         return int(out.stdout.strip())
+
+    @endpoint
+    def lock(self) -> Any:
+        return threading.Lock()  # cannot be pickled
 
     @endpoint
     def fail(self, message: str) -> None:

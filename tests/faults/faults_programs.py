@@ -79,10 +79,11 @@ def too_large(limit: str) -> dict[str, Any]:
     """Arguments and results over ``Config.max_message_bytes`` fail at the sender."""
     procs = proc_mesh(gpus=1).get(timeout=30)
     mesh = procs.spawn("big", BadReturns).get(timeout=30)
+    echo = procs.spawn("echo", Worker).get(timeout=30)
     size = int(limit) + 1
     out: dict[str, Any] = {}
     try:
-        mesh.ping.call_one(b"x" * size)  # type: ignore[call-arg]
+        echo.echo.call_one(b"x" * size)
     except actormesh.MessageTooLargeError as error:
         out["argument"] = str(error)
     try:

@@ -111,6 +111,9 @@ class Mailbox:
         self._running = False
         if error is not None:
             self._closed = True
+            # Messages that arrived while it was being built will never run: fail them.
+            while self._queue:
+                self._queue.popleft().fail(error)
         done(error)
         self._kick()
 

@@ -20,6 +20,7 @@ import itertools
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -32,6 +33,7 @@ from .._transport import Connection, Listener, TransportClosed, connect_unix, pr
 from .._transport._frames import Buffer
 from . import _envelope as env
 from ._heartbeat import HeartbeatMonitor
+from ._limits import check_message_size
 from ._mailbox import Mailbox
 from ._output import PipeForwarder
 from ._process import ChildProcess, describe_exit, launch
@@ -95,6 +97,9 @@ class _Delivery:
         "req_id",
     )
 
+    # The largest reply this process may send (Config.max_message_bytes, set by Runtime).
+    max_bytes: ClassVar[int] = 1 << 40
+
     def __init__(
         self,
         conn: Connection,
@@ -124,6 +129,9 @@ class _Delivery:
             return
         try:
             payload, buffers = dumps(value)
+            if len(payload) > self.max_bytes or buffers:
+                what = f"the value returned by endpoint '{self.endpoint}'"
+                check_message_size([payload, *buffers], self.max_bytes, what)
         except Exception as error:
             self.fail(error)
             return
@@ -151,6 +159,7 @@ class Runtime:
 
     def __init__(self, config: Config, loop: asyncio.AbstractEventLoop, key: str) -> None:
         self.config = config
+        _Delivery.max_bytes = config.max_message_bytes
         self.loop = loop
         self.key = key
         self.socket_dir = os.environ.get("ACTORMESH_SOCKET_DIR") or private_socket_dir(
@@ -386,7 +395,11 @@ class Runtime:
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
     ) -> None:
         _, req_id, mesh_id, ranks = header
-        spec = loads(parts[1], parts[2:])
+        try:
+            spec = loads(parts[1], parts[2:])
+        except Exception as error:
+            self._refuse_spawn(conn, req_id, mesh_id, ranks, error)
+            return
         actors = self._hosted.setdefault(mesh_id, {})
         for rank in ranks:
             factory, mesh_name, point = spec.actor(rank)
@@ -411,6 +424,30 @@ class Runtime:
                     conn.send(reply)
 
             mailbox.construct(factory, done)
+
+    def _refuse_spawn(
+        self,
+        conn: Connection,
+        req_id: int,
+        mesh_id: str,
+        ranks: Sequence[int],
+        error: BaseException,
+    ) -> None:
+        # The actor class (or an argument) cannot be loaded here: every rank fails its
+        # construction, with the import error and this interpreter's path to explain it.
+        problem = RuntimeError(
+            f"the worker (pid {os.getpid()}) cannot load what the spawn of mesh {mesh_id!r} "
+            f"needs, the actor class or its arguments: {type(error).__name__}: {error} "
+            f"(is its module importable by workers? their sys.path: {sys.path})"
+        )
+        problem.__cause__ = error
+        name = mesh_id.rsplit("-", 1)[0]
+        for rank in ranks:
+            payload = env.error_payload(
+                problem, mesh=name, point={}, endpoint="__init__", init=True
+            )
+            with contextlib.suppress(TransportClosed):
+                conn.send([env.encode_header((env.REPLY, req_id, rank, False)), payload])
 
     def host(
         self,
