@@ -103,8 +103,16 @@ class ActorError(ActorMeshError):
 
     @classmethod
     def wrap(cls, cause: BaseException | None, **fields: Any) -> ActorError:
-        """Build the error for ``cause``, as an instance of ``cause``'s type when possible."""
-        error_cls = _combined_class(cls, type(cause)) if cause is not None else cls
+        """Build the error for ``cause``, as an instance of ``cause``'s type when possible.
+
+        When ``cause`` is itself a remote error (an actor re-raised what another actor
+        raised), the new error takes the type of the innermost original exception, so
+        ``except ValueError`` works however many actors the error passed through.
+        """
+        origin = cause
+        while isinstance(origin, ActorError) and origin.cause is not None:
+            origin = origin.cause
+        error_cls = _combined_class(cls, type(origin)) if origin is not None else cls
         return error_cls(cause, **fields)
 
     def where(self) -> str:

@@ -141,6 +141,11 @@ class Relay(Actor):
         return value
 
     @endpoint
+    async def relay_failure(self, peer: ActorMesh[Echo], message: str) -> None:
+        """Call ``peer.fail`` and let its error propagate."""
+        await peer.fail.call_one(message)
+
+    @endpoint
     async def get_in_async(self, peer: ActorMesh[Echo]) -> Any:
         """Block on a future on the worker's event loop: must raise, not deadlock."""
         return peer.async_echo.call_one(1).get(timeout=5)

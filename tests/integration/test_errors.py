@@ -6,7 +6,7 @@ import pickle
 import threading
 
 import pytest
-from integration_actors import Echo, Oops, Recorder
+from integration_actors import Echo, Oops, Recorder, Relay
 from integration_support import run
 
 from actormesh import ActorError, ActorMesh, ActorMeshError, ProcMesh, SerializationError
@@ -66,6 +66,20 @@ def test_call_over_the_mesh_fails_with_the_first_error(echo: ActorMesh[Echo]) ->
     error = raised(echo.fail.call("everyone fails"))
     assert isinstance(error, ValueError)
     assert error.mesh == "failing"
+
+
+def test_error_passed_on_by_another_actor_keeps_the_original_type(
+    procs: ProcMesh, echo: ActorMesh[Echo]
+) -> None:
+    relay = procs.spawn("passing_on", Relay).get(timeout=30)
+    error = raised(relay[0, 0].relay_failure.call_one(echo[1, 1], "deep down"))
+    assert isinstance(error, ValueError)
+    assert (error.mesh, error.endpoint) == ("passing_on", "relay_failure")
+    inner = error.cause
+    assert isinstance(inner, ActorError)
+    assert isinstance(inner, ValueError)
+    assert (inner.mesh, inner.point, inner.endpoint) == ("failing", {"dp": 1, "tp": 1}, "fail")
+    assert error.args == ("deep down",)
 
 
 def test_actor_error_pickles_with_its_type_and_fields(echo: ActorMesh[Echo]) -> None:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 from integration_actors import Echo, Relay, Sleeper
-from integration_support import run
+from integration_support import run, wait_until
 
 from actormesh import ActorError, ActorMesh, CallTimeoutError, Future, ProcMesh
 
@@ -114,3 +114,28 @@ def test_get_inside_a_def_endpoint_blocks_the_actor_thread_only(
 ) -> None:
     relay = procs.spawn("relay_get_def", Relay).get(timeout=30)
     assert relay[0, 0].get_in_def.call_one(echo[1, 1]).get(timeout=30) == ("async", 2, "echo")
+
+
+def test_get_on_the_controllers_io_thread_raises_instead_of_deadlocking(
+    procs: ProcMesh,
+) -> None:
+    sleepers = procs.spawn("slow_for_callback", Sleeper).get(timeout=30)
+    first = sleepers[0, 0].nap.call_one(0.2)
+    second = sleepers[0, 1].nap.call_one(1.0)
+    seen: list[BaseException] = []
+    # Done callbacks run on the thread that resolves the future: the runtime's I/O thread.
+    first.add_done_callback(lambda _: _record_get_error(second, seen))
+    assert first.get(timeout=30) == 0
+    wait_until(lambda: bool(seen), 10, "the callback to run")
+    assert isinstance(seen[0], RuntimeError)
+    assert "would deadlock" in str(seen[0])
+    assert second.get(timeout=30) == 1
+
+
+def _record_get_error(future: Future[int], seen: list[BaseException]) -> None:
+    try:
+        future.get(timeout=5)
+    except BaseException as error:
+        seen.append(error)
+    else:
+        seen.append(AssertionError("get() returned on the I/O thread"))

@@ -28,6 +28,10 @@ SCRIPT = """
             return self.factor * x
 
 
+    class MainError(Exception):
+        pass
+
+
     class Applier(Actor):
         def __init__(self, offset):
             self.offset = offset
@@ -35,6 +39,10 @@ SCRIPT = """
         @endpoint
         def apply(self, fn, x):
             return fn(x) + self.offset
+
+        @endpoint
+        async def fail(self):
+            raise MainError("defined in the script")
 
         @endpoint
         async def make(self):
@@ -58,6 +66,10 @@ SCRIPT = """
         print("instance:", list((await appliers.apply.call(Scale(10), 3)).values()))
         made = await appliers.make.call()
         print("returned:", [type(m).__name__ for m in made.values()], [m(1) for m in made.values()])
+        try:
+            await appliers.slice(gpus=1).fail.call_one()
+        except MainError as error:
+            print("caught:", type(error.cause).__name__, error.cause is not None)
         local = await procs.spawn("local", build_local_actor())
         print("local class:", list((await local.hello.call()).values()))
         await procs.stop()
@@ -76,3 +88,5 @@ def test_classes_and_functions_of_the_main_script_run_in_the_workers(tmp_path: P
     assert "instance: [130, 130]" in lines
     assert "returned: ['Scale', 'Scale'] [1, 2]" in lines
     assert "local class: ['local 0', 'local 1']" in lines
+    # An exception class of the script reaches the controller as that very class.
+    assert "caught: MainError True" in lines

@@ -27,6 +27,7 @@ import traceback
 from typing import Any
 
 from .._exceptions import ActorError, ActorInitError
+from ._serialization import dumps
 
 __all__ = [
     "CALL",
@@ -69,10 +70,15 @@ def error_payload(
     """Describe an exception raised in an actor so the caller can rebuild it.
 
     The exception object travels as a nested pickle, so a type the caller cannot import
-    still leaves the type name, message and traceback readable.
+    still leaves the type name, message and traceback readable. It is pickled like call
+    values, so an exception class defined in the driver's ``__main__`` travels by value
+    and arrives as that class.
     """
     try:
-        exc_bytes: bytes | None = pickle.dumps(error, 5)
+        exc_bytes: bytes | None
+        exc_bytes, buffers = dumps(error)
+        if buffers:  # the record must be one self-contained pickle: buffers in-band
+            exc_bytes = pickle.dumps(error, 5)
     except Exception:
         exc_bytes = None
     kind = type(error)
