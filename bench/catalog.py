@@ -98,6 +98,13 @@ WORKLOADS: tuple[Workload, ...] = (
         _latency(),
     ),
     Workload(
+        "rtt_sync",
+        "No-op call round trip to one actor from plain sync code (no event loop), in a "
+        "process that never started one.",
+        _latency(),
+        group="sync",
+    ),
+    Workload(
         "pipelined",
         "Pipelined no-op calls to one actor: issue N calls, then wait for all.",
         (Row("calls_per_s", "throughput", "calls/s", "higher"),),
@@ -172,13 +179,6 @@ WORKLOADS: tuple[Workload, ...] = (
         _mbps(),
         limit_s=240,
         quick_limit_s=120,
-    ),
-    Workload(
-        "rtt_sync",
-        "No-op call round trip to one actor from plain sync code (no event loop), in a "
-        "process that never started one.",
-        _latency(),
-        group="sync",
     ),
     Workload(
         "rpc_sync_rtt",

@@ -8,6 +8,7 @@ only ever signal processes found as our own descendants, by pid.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -142,10 +143,8 @@ def end_processes(pids: Iterable[int], grace: float = 3.0) -> list[int]:
         if alive:
             time.sleep(0.05)
     for pid in alive:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     _reap()
     return signalled
 

@@ -50,7 +50,7 @@ class Context:
         self.system_name = system_name
         self.quick = quick
         self._started = False
-        self._meshes: dict[tuple[int, int], Mesh] = {}
+        self._meshes: dict[tuple[str, int], Mesh] = {}
 
     def pick(self, full: Budget, quick: Budget) -> Budget:
         """The budget for this run's mode."""
@@ -64,7 +64,7 @@ class Context:
 
     async def mesh(self, actors: int = 4) -> Mesh:
         """The shared mesh of ``actors`` actors, one per process (opened on first use)."""
-        key = (actors, actors)
+        key = ("async", actors)
         if key not in self._meshes:
             # On the loop thread, blocking it: nothing else runs yet, and some systems
             # (Ray's signal handlers) want their set-up on the main thread.
@@ -74,7 +74,7 @@ class Context:
 
     def mesh_sync(self, actors: int = 4) -> Mesh:
         """`mesh` for sync workloads."""
-        key = (actors, actors)
+        key = ("sync", actors)
         if key not in self._meshes:
             self.start()
             self._meshes[key] = self.system.open_sync(actors, actors)
@@ -347,8 +347,6 @@ def resolve(system: System, name: str) -> WorkloadFn:
     return fn
 
 
-
-
 # -- helpers for the system-specific workloads -----------------------------------------
 
 SKEW_BASE_MS = 2.0
@@ -392,9 +390,12 @@ def state_dict_fingerprint(sd: dict[str, Any]) -> list[tuple[str, int, int]]:
     return [(name, *fingerprint(t)) for name, t in sorted(sd.items())]
 
 
-async def timed_syncs(sync_once: Callable[[], Awaitable[object]], nbytes: int, quick: bool) -> Metrics:
+async def timed_syncs(
+    sync_once: Callable[[], Awaitable[object]], nbytes: int, quick: bool
+) -> Metrics:
     """Median MB/s of ``sync_once()`` (which moves and verifies ``nbytes``)."""
-    await sync_once()  # warm-up, and the contents check on every receiver
+    if not quick:
+        await sync_once()  # warm-up: connections, first-touch page faults
     reps = 1 if quick or nbytes > 256 * MIB else 3
     samples = []
     for _ in range(reps):

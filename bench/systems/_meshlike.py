@@ -21,15 +21,17 @@ from bench.systems.base import Mesh, System
 __all__ = ["ActorMeshes", "MeshLikeSystem", "echo_class"]
 
 
-def echo_class(actor_base: type, endpoint: Callable[..., Any], module: str) -> type:
+def echo_class(
+    actor_base: type, endpoint: Callable[..., Any], module: str, name: str = "Echo"
+) -> type:
     """The echo actor for a system whose actors subclass ``actor_base``.
 
     Every endpoint is ``async def`` (Monarch 0.7 refuses actors that mix sync and async
-    endpoints). The class is given ``module`` and the name ``Echo`` so it pickles by
-    reference once the caller binds it to ``<module>.Echo``.
+    endpoints). The class is given ``module`` and ``name`` so it pickles by reference
+    once the caller binds it to ``<module>.<name>``.
     """
 
-    class Echo(actor_base):  # type: ignore[misc, valid-type]
+    class Echo(actor_base):  # type: ignore[misc]
         def __init__(self) -> None:
             self._held: Any = None
 
@@ -69,7 +71,7 @@ def echo_class(actor_base: type, endpoint: Callable[..., Any], module: str) -> t
             return samples
 
     Echo.__module__ = module
-    Echo.__qualname__ = "Echo"
+    Echo.__name__ = Echo.__qualname__ = name
     return Echo
 
 

@@ -1,0 +1,171 @@
+"""actormesh, through its public API only (DESIGN.md §2).
+
+``await proc_mesh(gpus=n)``, ``await procs.spawn(name, Cls)``, ``call_one`` on a
+singleton slice, ``call`` returning a ``ValueMesh``, futures awaited or ``.get()``.
+Beyond the shared echo actor (``_meshlike``) it measures what only actormesh has:
+``choose`` policies (one endpoint per policy, declared with ``@endpoint(choose=...)``),
+weight sync between actors, and ``actormesh.rpc`` next to torch's. Features the
+library does not have yet are reported as "not available", never a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from typing import Any
+
+from actormesh import Actor, endpoint, proc_mesh
+from bench.catalog import CHOOSE_POLICIES
+from bench.systems._meshlike import ActorMeshes, MeshLikeSystem, echo_class
+from bench.systems._rpclike import RpcWorld, rpc_workloads
+from bench.systems.base import Metrics, NotAvailable, WorkloadFn
+from bench.workloads import (
+    SKEW_BASE_MS,
+    SKEW_FACTOR,
+    Context,
+    make_state_dict,
+    skewed_throughput,
+    state_dict_fingerprint,
+    timed_syncs,
+)
+
+__all__ = ["SYSTEM", "ActormeshSystem", "Echo", "EchoBase"]
+
+_RPC_NAMES = ("init_rpc", "rpc_async", "rpc_sync", "shutdown")
+
+EchoBase = echo_class(Actor, endpoint, __name__, "EchoBase")
+
+
+def _extras() -> dict[str, Any]:
+    """Endpoints beyond the echo: a ``work_<policy>`` per choose policy, weight sync."""
+
+    def work_with(policy: str) -> Any:
+        async def work(self: Any, ms: float) -> None:
+            await asyncio.sleep(ms * self._slow / 1000)
+
+        work.__name__ = work.__qualname__ = f"work_{policy}"
+        return endpoint(choose=policy)(work)
+
+    async def set_slow(self: Any, factor: int) -> None:
+        self._slow = factor
+
+    async def make_weights(self: Any, nbytes: int) -> list[tuple[str, int, int]]:
+        self._sd = make_state_dict(nbytes)
+        return state_dict_fingerprint(self._sd)
+
+    async def get_weights(self: Any) -> dict[str, Any]:
+        return self._sd  # type: ignore[no-any-return]
+
+    async def pull_weights(self: Any, trainer: Any) -> list[tuple[str, int, int]]:
+        self._sd = await trainer.get_weights.call_one()
+        return state_dict_fingerprint(self._sd)
+
+    async def drop_weights(self: Any) -> None:
+        self._sd = {}
+
+    namespace: dict[str, Any] = {
+        "__module__": __name__,
+        "__qualname__": "Echo",
+        "_slow": 1,
+        "_sd": {},
+    }
+    for fn in (set_slow, make_weights, get_weights, pull_weights, drop_weights):
+        namespace[fn.__name__] = endpoint(fn)
+    for policy in CHOOSE_POLICIES:
+        namespace[f"work_{policy}"] = work_with(policy)
+    return namespace
+
+
+Echo = type("Echo", (EchoBase,), _extras())
+
+
+class ActormeshSystem(MeshLikeSystem):
+    """actormesh on this host (the local allocator)."""
+
+    echo = Echo
+
+    def __init__(self) -> None:
+        self._rpc_world: RpcWorld | None = None
+
+    def start_procs(self, n: int) -> Any:
+        return proc_mesh(gpus=n).get()
+
+    def spawn(self, procs: Any, name: str, cls: type) -> Any:
+        return procs.spawn(name, cls).get()
+
+    def stop_sync(self) -> None:
+        if self._rpc_world is not None:
+            self._rpc_world.shutdown()
+            self._rpc_world = None
+
+    def overrides(self) -> dict[str, WorkloadFn]:
+        return {
+            **rpc_workloads(self._rpc),
+            "choose_skewed": _choose_skewed,
+            "weight_sync_100m": _weight_sync(100 * 10**6),
+            "weight_sync_1g": _weight_sync(10**9),
+        }
+
+    def _rpc(self, ctx: Context) -> RpcWorld:
+        if self._rpc_world is None:
+            try:
+                rpc = importlib.import_module("actormesh.rpc")
+            except ImportError as e:
+                raise NotAvailable(f"actormesh.rpc cannot be imported ({e})") from None
+            missing = [n for n in _RPC_NAMES if not hasattr(rpc, n)]
+            if missing:
+                raise NotAvailable(f"actormesh.rpc has no {', '.join(missing)} yet")
+            self._rpc_world = RpcWorld("actormesh.rpc", 1)
+        return self._rpc_world
+
+
+async def _choose_skewed(ctx: Context) -> Metrics:
+    """``choose`` calls/s over 4 actors, the last 10x slower, for each policy."""
+    mesh = await ctx.mesh()
+    assert isinstance(mesh, ActorMeshes)
+    (actors,) = mesh.meshes
+    await mesh.call(mesh.size - 1, "set_slow", SKEW_FACTOR)
+    out: Metrics = {}
+    try:
+        for policy in CHOOSE_POLICIES:
+            before = _completed(actors)
+            out[policy] = await skewed_throughput(_chooser(actors, policy), ctx.quick)
+            after = _completed(actors)
+            out[f"{policy}_calls_per_rank"] = [after[r] - before.get(r, 0) for r in sorted(after)]
+    finally:
+        await mesh.call(mesh.size - 1, "set_slow", 1)
+    return out
+
+
+def _chooser(actors: Any, policy: str) -> Any:
+    ep = getattr(actors, f"work_{policy}")
+    return lambda: ep.choose(SKEW_BASE_MS)
+
+
+def _completed(actors: Any) -> dict[int, int]:
+    """Calls completed per rank so far, as the mesh's ``stats()`` reports them."""
+    return {rank: int(row.get("completed", 0)) for rank, row in actors.stats().items()}
+
+
+def _weight_sync(nbytes: int) -> WorkloadFn:
+    async def run(ctx: Context) -> Metrics:
+        mesh = await ctx.mesh()
+        trainer, generators = 0, (1, 2)
+        expected = await mesh.call(trainer, "make_weights", nbytes)
+
+        async def sync_once() -> None:
+            pulls = [mesh.send(g, "pull_weights", mesh.ref(trainer)) for g in generators]
+            if any(got != expected for got in await mesh.wait_many(pulls)):
+                raise AssertionError("a generator's weights differ from the trainer's")
+
+        try:
+            out = await timed_syncs(sync_once, nbytes, ctx.quick)
+        finally:
+            await mesh.call_all("drop_weights")
+        return {**out, "method": "each generator calls the trainer's get_weights endpoint"}
+
+    run.__doc__ = f"Weight sync of {nbytes / 1e6:.0f} MB, generators pulling from the trainer."
+    return run
+
+
+SYSTEM = ActormeshSystem
