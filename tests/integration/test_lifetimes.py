@@ -18,6 +18,7 @@ CONTROLLER = """
     import os
     import signal
     import sys
+    import time
 
     from actormesh import Actor, endpoint, proc_mesh
 
@@ -27,13 +28,20 @@ CONTROLLER = """
         def pid(self):
             return os.getpid()
 
+        @endpoint
+        async def hog(self, seconds):
+            time.sleep(seconds)  # blocks the worker's event loop: a bug, but a common one
+
 
     async def main(how):
         procs = await proc_mesh(gpus=3)
         holders = await procs.spawn("holders", Holder)
         pids = list((await holders.pid.call()).values())
         print(" ".join(map(str, pids)), flush=True)
-        if how == "sigkill":
+        if how == "sigkill_busy":
+            holders.hog.broadcast(30)
+            await asyncio.sleep(0.2)  # let the workers get stuck
+        if how.startswith("sigkill"):
             os.kill(os.getpid(), signal.SIGKILL)
         if how == "raise":
             raise RuntimeError("the controller failed")
@@ -48,7 +56,12 @@ ORPHAN_DEADLINE_S = 2.0
 
 @pytest.mark.parametrize(
     ("how", "returncode"),
-    [("sigkill", -signal.SIGKILL), ("raise", 1), ("return", 0)],
+    [
+        ("sigkill", -signal.SIGKILL),
+        ("sigkill_busy", -signal.SIGKILL),
+        ("raise", 1),
+        ("return", 0),
+    ],
 )
 def test_no_worker_outlives_its_controller(tmp_path: Path, how: str, returncode: int) -> None:
     done = run_script(CONTROLLER, tmp_path, args=(how,))
