@@ -64,12 +64,17 @@ def test_actor_to_actor_calls_never_pass_through_the_controller(
     try:
         assert frozen.wait(10)
         future = relay[1, 0].relay.call_one(echo[0, 1], "direct", mark)
+        # A control: a reply to the controller itself cannot be read while it is frozen.
+        control = echo[0, 0].async_echo.call_one("control")
         wait_until(lambda: _exists(mark), 10, "the relay to hear from the echo")
+        assert not control.done()
+        assert not future.done()
     finally:
         released.set()
     with open(mark) as answer:
         assert json.load(answer) == ["async", "direct", "echo"]
     assert future.get(timeout=30) == ("async", "direct", "echo")
+    assert control.get(timeout=30) == ("async", "control", "echo")
 
 
 def _exists(path: str) -> bool:
