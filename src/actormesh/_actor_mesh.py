@@ -123,8 +123,6 @@ class ActorMesh(Generic[T]):
         self._adverbs = Adverbs(self)
         self._bound: dict[str, Endpoint[Any, Any]] = {}
         self._route_cache: list[tuple[str, tuple[int, ...]]] | None = None
-        self._policies: dict[str, ChoosePolicy] = {}
-        self._keyed: Affinity | None = None
 
     # -- endpoints ----------------------------------------------------------------------
 
@@ -196,20 +194,22 @@ class ActorMesh(Generic[T]):
 
     def _policy(self, ep: Endpoint[Any, Any]) -> ChoosePolicy:
         """The choose policy of ``ep`` here: this handle's, else the endpoint's, else the
-        mesh's (one object per endpoint when given by name, so each keeps its own state)."""
-        policy = self._policies.get(ep.name)
-        if policy is None:
-            spec = self._settings.policy
-            if spec is None:
-                spec = ep.options.choose if ep.options.choose is not None else self._state.choose
-            policy = self._policies[ep.name] = policy_from(spec)
+        mesh's. A policy given by name is one object per mesh and endpoint in this process,
+        shared by every handle, so a round-robin cursor survives ``with_policy`` and slices.
+        """
+        spec = self._settings.policy
+        if spec is None:
+            spec = ep.options.choose if ep.options.choose is not None else self._state.choose
+        if not isinstance(spec, str):
+            return policy_from(spec)
+        policy: ChoosePolicy = self._state.named_policy(spec, ep.name, policy_from)
         return policy
 
     def _affinity(self) -> Affinity:
         """The policy for calls with a routing key when the handle's policy ignores keys."""
-        if self._keyed is None:
-            self._keyed = Affinity()
-        return self._keyed
+        policy = self._state.named_policy("affinity", "", policy_from)
+        assert isinstance(policy, Affinity)
+        return policy
 
     def with_policy(
         self,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._core import Runtime
-from ._exceptions import ActorDiedError, MeshBusyError
+from ._exceptions import ActorDiedError, CallTimeoutError, MeshBusyError
 from ._future import Future
 from ._routing import (
     Affinity,
@@ -131,8 +131,15 @@ class _Ticket:
         except NoCapacity:
             return None
 
-    def describe(self) -> str:
-        return f"choose on mesh '{self.mesh_name}' was still waiting for an actor with capacity"
+    def timed_out(self, timeout: float | None) -> BaseException:
+        """The error of a wait that expired: queued here, or sent and not yet answered."""
+        inner = self.inner
+        if inner is not None and inner._on_timeout is not None:
+            return inner._on_timeout(timeout)  # which actor it went to, what it is doing
+        return CallTimeoutError(
+            f"timed out after {timeout or 0:g} s: choose on mesh '{self.mesh_name}' was still "
+            "waiting for an actor with capacity (nothing was sent)"
+        )
 
 
 def submit(
@@ -202,7 +209,7 @@ def _enqueue(state: MeshState, ticket: _Ticket) -> None:
                 if ticket in state.waiting:
                     state.waiting.remove(ticket)
 
-        ticket.future = Future(Runtime.get().in_loop_thread, ticket.describe, cancel)
+        ticket.future = Future(Runtime.get().in_loop_thread, ticket.timed_out, cancel)
     state.waiting.append(ticket)
 
 

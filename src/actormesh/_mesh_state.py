@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,7 @@ class MeshState:
         self.choose_lock = threading.Lock()
         # What to stop with the mesh: the processes `actor_mesh()` started for it.
         self.owned: Any = None
+        self._named_policies: dict[tuple[str, str], Any] = {}
 
     def check_usable(self) -> None:
         """Raise if the mesh may not take calls: stopped, or an unhandled failure."""
@@ -109,6 +111,15 @@ class MeshState:
             waiters, self.capacity_waiters = self.capacity_waiters, []
         for wake in waiters:
             wake()
+
+    def named_policy(self, name: str, endpoint: str, make: Callable[[str], Any]) -> Any:
+        """The policy called ``name`` for ``endpoint``, made by ``make(name)`` on first use."""
+        key = (name, endpoint)
+        policy = self._named_policies.get(key)
+        if policy is None:
+            with self._lock:
+                policy = self._named_policies.setdefault(key, make(name))
+        return policy
 
     def stats(self) -> dict[int, dict[str, Any]]:
         """Per rank: in flight, completed, failed and latency percentiles (seconds)."""

@@ -47,7 +47,9 @@ def setup_process_group(
         timeout: seconds the rendezvous and later collectives may take.
 
     Raises (through the future):
-        ActorError: a process already has a default process group, or joining failed.
+        RuntimeError: a process of the mesh already has a default process group (checked
+            before any actor joins, so none is left waiting).
+        ActorError: joining failed in an actor (the others wait up to ``timeout``).
     """
     runtime = Runtime.get()
     return _from_concurrent(runtime, runtime.submit(_setup(mesh, backend, timeout)))
@@ -70,6 +72,17 @@ async def _setup(mesh: Any, backend: str | None, timeout: float) -> None:
     infos: dict[int, dict[str, Any]] = {
         root: info for root, info in zip(ranks, probes.values(), strict=True)
     }
+    taken = [point for point, info in probes.items() if info["initialized"]]
+    if taken:
+        # Checked before anyone joins: a rank that failed to join would leave the others
+        # waiting for it until the timeout.
+        await run_in_actors(mesh.slice(**dict(probes.shape.point(0))), _drop_store, key)
+        where = ", ".join(str(point) for point in taken)
+        raise RuntimeError(
+            f"the processes of actor(s) {where} of mesh '{mesh.name}' already have a "
+            "torch.distributed process group (another mesh's, in the same processes); "
+            "destroy_process_group(that mesh) or stop it first"
+        )
     leader = infos[ranks[0]]
     hosts = {info["host"] for info in infos.values()}
     address = "127.0.0.1" if len(hosts) == 1 else leader["host"]
@@ -98,6 +111,7 @@ def _probe(host: ActorHost, leader: int, key: str, timeout: float) -> dict[str, 
     info: dict[str, Any] = {
         "host": socket.gethostname(),
         "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "initialized": torch.distributed.is_initialized(),
     }
     if current_rank().rank == leader:
         import torch.distributed as dist
@@ -113,6 +127,10 @@ def _probe(host: ActorHost, leader: int, key: str, timeout: float) -> dict[str, 
         _STORES[key] = store
         info["port"] = store.port
     return info
+
+
+def _drop_store(host: ActorHost, key: str) -> None:
+    _STORES.pop(key, None)
 
 
 def _join(
