@@ -17,6 +17,7 @@ from ._actor_group import actor_mesh as actor_mesh
 from ._actor_mesh import ActorMesh as ActorMesh
 from ._adverbs import ResultStream as ResultStream
 from ._config import Config as Config
+from ._context import cancelled as cancelled
 from ._context import current_rank as current_rank
 from ._context import current_size as current_size
 from ._endpoint import Endpoint as Endpoint
@@ -82,6 +83,7 @@ __all__ = [
     "ValueMesh",
     "WorkQueue",
     "actor_mesh",
+    "cancelled",
     "current_rank",
     "current_size",
     "endpoint",

@@ -9,6 +9,7 @@ losing a connection fails exactly the ranks that were waiting on it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import threading
@@ -19,12 +20,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from ._actor import point_of
 from ._choose import WhenFull, check_limits, keyed, submit
 from ._core import Runtime, dumps_arguments, loads
-from ._core._envelope import CALL, error_from_payload
+from ._core._envelope import CALL, CANCEL, error_from_payload
 from ._core._limits import check_message_size
-from ._exceptions import ActorDiedError, ActorError, MeshStoppedError
+from ._exceptions import ActorDiedError, ActorError, CallTimeoutError, MeshStoppedError
 from ._future import Future, resolved
 from ._shape import Point, ValueMesh
 from ._sharding import CallbackDispatch, as_dispatch
+from ._timeouts import INSPECT_WAIT, Inspection, timeout_error
 
 if TYPE_CHECKING:
     from ._actor_mesh import ActorMesh
@@ -46,7 +48,8 @@ class _Request:
         self.state = mesh._state
         self.endpoint = endpoint
         self.ranks = ranks
-        self.outstanding: dict[int, Connection] = {}
+        # rank -> the connection its answer will come on (None: not sent yet)
+        self.outstanding: dict[int, Connection | None] = {}
         self.started: dict[int, float] = {}
         self.req_id = 0
         self.finished = False
@@ -176,21 +179,79 @@ class _Request:
 
     # -- waiting ------------------------------------------------------------------------
 
-    def describe_pending(self) -> str:
-        pending = [str(point_of(self.ref, rank)) for rank in list(self.outstanding)]
-        if not pending:
-            return ""
-        return (
-            f"actor(s) {', '.join(pending)} of mesh '{self.ref.name}' had not answered "
-            f"endpoint '{self.endpoint}'"
+    def _pending(self) -> dict[int, Connection | None]:
+        # Read from the waiting thread while the loop may change it: retry a torn copy.
+        while True:
+            try:
+                return dict(self.outstanding)
+            except RuntimeError:
+                continue
+
+    def timeout_error(self, timeout: float | None) -> CallTimeoutError:
+        """The error of a wait that ran out: who had not answered, and what each was doing.
+
+        Off the loop thread this asks the actors' processes (waiting up to ``INSPECT_WAIT``);
+        on it, where it cannot wait, the error names the ranks only.
+        """
+        pending = self._pending()
+        answers: dict[int, dict[str, Any]] = {}
+        if pending and not self.runtime.in_loop_thread():
+            inspection = Inspection(self.runtime, self.ref.mesh_id, self.req_id, pending)
+            inspection.start()
+            answers = inspection.wait(INSPECT_WAIT)
+        return self._timeout_error(timeout, pending, answers)
+
+    def _timeout_error(
+        self,
+        timeout: float | None,
+        pending: dict[int, Connection | None],
+        answers: dict[int, dict[str, Any]],
+    ) -> CallTimeoutError:
+        return timeout_error(
+            timeout,
+            mesh=self.ref.name,
+            endpoint=self.endpoint,
+            points={rank: str(point_of(self.ref, rank)) for rank in self.ranks},
+            pending=sorted(pending),
+            answers=answers,
         )
 
+    def arm_deadline(self, seconds: float) -> None:
+        """Time the request out ``seconds`` from now, whoever waits (loop thread)."""
+        self.runtime.loop.call_later(seconds, self._deadline_passed, seconds)
+
+    def _deadline_passed(self, seconds: float) -> None:
+        if not self.outstanding:
+            return  # answered, failed or abandoned meanwhile
+        pending = dict(self.outstanding)
+
+        def expire(answers: dict[int, dict[str, Any]]) -> None:
+            if self.outstanding:
+                self._give_up(self._timeout_error(seconds, pending, answers))
+                self.abandon()
+
+        inspection = Inspection(self.runtime, self.ref.mesh_id, self.req_id, pending, expire)
+        inspection.start()
+        self.runtime.loop.call_later(INSPECT_WAIT, inspection.finish)
+
+    def _give_up(self, error: BaseException) -> None:
+        """The request timed out with ``error`` (subclasses deliver it to their waiter)."""
+        raise NotImplementedError
+
     def abandon(self) -> None:
-        """The caller gave up (timeout, cancellation): drop late replies."""
+        """The caller gave up (timeout, cancellation): drop late replies, cancel the calls."""
         self.runtime.forget(self.req_id)
         self.runtime.call_soon(self._abandon_on_loop)
 
     def _abandon_on_loop(self) -> None:
+        by_conn: dict[Connection, list[int]] = {}
+        for rank, conn in self.outstanding.items():
+            if conn is not None:
+                by_conn.setdefault(conn, []).append(rank)
+        for conn, ranks in by_conn.items():
+            # Best effort: a process that is gone has nothing left to cancel.
+            with contextlib.suppress(ActorDiedError):
+                self.runtime.send(conn, (CANCEL, self.req_id, self.ref.mesh_id, tuple(ranks)), [])
         for rank, started in list(self.started.items()):
             self.state.finished(rank, started, False)
         self.started.clear()
@@ -198,7 +259,11 @@ class _Request:
 
     def new_future(self) -> Future[Any]:
         runtime = self.runtime
-        return Future(runtime.in_loop_thread, self.describe_pending, self.abandon)
+        future: Future[Any] = Future(runtime.in_loop_thread, self.timeout_error, self.abandon)
+        deadline = runtime.config.default_timeout
+        if deadline is not None:
+            runtime.call_soon(self.arm_deadline, deadline)
+        return future
 
 
 class _Gather(_Request):
@@ -224,6 +289,9 @@ class _Gather(_Request):
             self.deaths[rank] = error
         else:
             self.future._set_exception(error)
+
+    def _give_up(self, error: BaseException) -> None:
+        self.future._set_exception(error)
 
     def _complete(self) -> None:
         if self.future.done():
@@ -262,6 +330,9 @@ class _One(_Request):
     def _error(self, rank: int, error: BaseException) -> None:
         self.future._set_exception(error)
 
+    def _give_up(self, error: BaseException) -> None:
+        self.future._set_exception(error)
+
 
 class _Chosen(_One):
     """A ``choose`` call: ``_choose`` counted it in flight when it picked the rank."""
@@ -280,7 +351,8 @@ class ResultStream(Generic[R]):
     Each item is ``(point, value)``; an endpoint error is raised when its turn comes.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, arm: Callable[[float], None] | None = None) -> None:
+        self._arm = arm
         self._items: deque[tuple[Point, Any, BaseException | None]] = deque()
         self._closed = False
         self._cond = threading.Condition()
@@ -307,6 +379,16 @@ class ResultStream(Generic[R]):
         if error is not None:
             raise error
         return point, value
+
+    def with_timeout(self, seconds: float) -> ResultStream[R]:
+        """Give up on the results still missing ``seconds`` from now.
+
+        Iteration then raises ``CallTimeoutError`` naming the actors that had not answered
+        and what each was doing, and ends; their late results are dropped.
+        """
+        if self._arm is not None:
+            self._arm(seconds)
+        return self
 
     # The stream is its own iterator, so an error raised for one actor does not end the
     # iteration: the next ``next()`` goes on with the other actors' results.
@@ -350,13 +432,23 @@ def _settle(waiter: asyncio.Future[None]) -> None:
 class _Stream(_Request):
     def __init__(self, mesh: ActorMesh[Any], endpoint: str) -> None:
         super().__init__(mesh, endpoint, mesh._shape.ranks)
-        self.stream: ResultStream[Any] = ResultStream()
+        self.stream: ResultStream[Any] = ResultStream(self._arm)
+        deadline = self.runtime.config.default_timeout
+        if deadline is not None:
+            self._arm(deadline)
+
+    def _arm(self, seconds: float) -> None:
+        self.runtime.call_soon(self.arm_deadline, seconds)
 
     def _value(self, rank: int, value: Any) -> None:
         self.stream._push(self._local_point(rank), value, None)
 
     def _error(self, rank: int, error: BaseException) -> None:
         self.stream._push(self._local_point(rank), None, error)
+
+    def _give_up(self, error: BaseException) -> None:
+        self.stream._push(Point((), (), ()), None, error)
+        self.stream._close()
 
     def _local_point(self, rank: int) -> Point:
         shape = self.mesh._shape

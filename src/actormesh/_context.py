@@ -11,9 +11,10 @@ import contextvars
 from dataclasses import dataclass
 from typing import Any
 
+from ._core._mailbox import CURRENT_MESSAGE
 from ._shape import Point
 
-__all__ = ["ActorIdentity", "current_actor", "current_rank", "current_size"]
+__all__ = ["ActorIdentity", "cancelled", "current_actor", "current_rank", "current_size"]
 
 
 @dataclass(frozen=True)
@@ -55,3 +56,23 @@ def current_rank() -> Point:
 def current_size() -> dict[str, int]:
     """Sizes of the calling actor's mesh, by dimension (empty outside actors)."""
     return current_rank().extent
+
+
+def cancelled() -> bool:
+    """True when the caller of the running endpoint gave up on this call.
+
+    Cancelling the caller's ``Future`` (or the task awaiting it), or its timeout running
+    out, cancels an ``async def`` endpoint's task outright; a ``def`` endpoint cannot be
+    interrupted, so it polls this instead and returns early::
+
+        @endpoint
+        def train(self, steps: int) -> int:
+            for step in range(steps):
+                if actormesh.cancelled():
+                    return step
+                ...
+
+    Always False outside endpoints.
+    """
+    message = CURRENT_MESSAGE.get()
+    return message is not None and message.cancelled

@@ -38,7 +38,7 @@ class Future(Generic[R]):
     def __init__(
         self,
         loop_thread: Callable[[], bool] | None = None,
-        on_timeout: Callable[[], str] | None = None,
+        on_timeout: Callable[[float | None], BaseException] | None = None,
         on_cancel: Callable[[], None] | None = None,
     ) -> None:
         self._state = _PENDING
@@ -125,12 +125,32 @@ class Future(Generic[R]):
         return self.result()
 
     def _expire(self, timeout: float | None) -> None:
-        detail = self._on_timeout() if self._on_timeout is not None else ""
-        message = f"timed out after {timeout:g} s" + (f": {detail}" if detail else "")
-        on_cancel = self._on_cancel
-        self._finish(_FAILED, CallTimeoutError(message))
-        if on_cancel is not None:
+        on_timeout, on_cancel = self._on_timeout, self._on_cancel
+        if on_timeout is not None:
+            error = on_timeout(timeout)  # may ask the actors what they are doing
+        else:
+            error = CallTimeoutError(f"timed out after {timeout:g} s")
+        self._finish(_FAILED, error)
+        if on_cancel is not None and self._value is error:  # not answered meanwhile
             on_cancel()
+
+    async def wait(self, timeout: float | None = None) -> R:
+        """``await`` with a timeout: the value, or ``CallTimeoutError`` as ``get`` raises it.
+
+        ``asyncio.wait_for(future, t)`` works too (it cancels the call on expiry and raises
+        a plain ``TimeoutError``); this one says which actors had not answered and what
+        each was doing.
+        """
+        if self._state == _PENDING and timeout is not None:
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            self.add_done_callback(lambda f: _wake_threadsafe(loop, waiter, f))
+            try:
+                await asyncio.wait_for(waiter, max(timeout, 0))
+            except TimeoutError:
+                # Asking the actors blocks briefly: not on this (maybe the runtime's) loop.
+                await asyncio.to_thread(self._expire, timeout)
+        return await self
 
     def cancel(self) -> bool:
         """Abandon the call: waiters get ``asyncio.CancelledError``; True if it was pending."""

@@ -254,6 +254,7 @@ class Cancellable(Actor):
 
     @endpoint
     async def wait_async(self, seconds: float) -> str:
+        self.events.append("async started")
         try:
             await asyncio.sleep(seconds)
         except asyncio.CancelledError:
@@ -264,6 +265,7 @@ class Cancellable(Actor):
 
     @endpoint
     def wait_sync(self, seconds: float) -> str:
+        self.events.append("sync started")
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if actormesh.cancelled():
@@ -273,9 +275,9 @@ class Cancellable(Actor):
         self.events.append("sync finished")
         return "finished"
 
-    @endpoint
-    def log(self) -> list[str]:
-        return self.events
+    @endpoint(concurrent=True)
+    async def log(self) -> list[str]:
+        return self.events  # concurrent: answers while another call runs
 
 
 class Unpicklable(Exception):

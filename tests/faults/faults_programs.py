@@ -96,6 +96,26 @@ def too_large(limit: str) -> dict[str, Any]:
 
 
 @program
+def default_timeout() -> dict[str, Any]:
+    """``Config.default_timeout`` bounds waits that give no timeout of their own."""
+    procs = proc_mesh(gpus=1).get(timeout=30)
+    mesh = procs.spawn("slow", Worker).get(timeout=30)
+    out: dict[str, Any] = {}
+    started = time.monotonic()
+    try:
+        mesh.sleep.call_one(5).get()
+    except actormesh.CallTimeoutError as error:
+        out["call"] = str(error)
+    out["call_s"] = time.monotonic() - started
+    try:
+        list(mesh.sleep.stream(5))
+    except actormesh.CallTimeoutError as error:
+        out["stream"] = str(error)
+    procs.stop().get(timeout=30)
+    return out
+
+
+@program
 def killed(how: str) -> dict[str, Any]:
     """Start workers and grandchildren, announce their pids, then die as ``how`` says."""
     procs = proc_mesh(gpus=2).get(timeout=30)

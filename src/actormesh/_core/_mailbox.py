@@ -7,6 +7,11 @@ never stalls I/O, heartbeats or other actors. Concurrent endpoints skip the queu
 starts a task on arrival, even while the actor is busy with another message. The reply is
 sent by whichever thread finished the work: there is no hop back to the loop before the
 caller hears.
+
+Cancellation: a caller that gives up sends CANCEL; a queued message is dropped, a running
+``async`` endpoint has its task cancelled, and a running ``def`` endpoint sees a flag it
+may poll (``CURRENT_MESSAGE``, read by ``actormesh.cancelled()``). The mailbox also knows
+what it is running and since when, for the runtime to tell a caller that timed out.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ import contextvars
 import enum
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["EndpointKind", "Hosted", "Mailbox", "Message"]
+__all__ = ["CURRENT_MESSAGE", "EndpointKind", "Hosted", "Mailbox", "Message"]
 
 
 class EndpointKind(enum.Enum):
@@ -53,6 +59,7 @@ class Message(Protocol):
     """One delivery to one actor: what to run and how to answer."""
 
     endpoint: str
+    cancelled: bool  # set when the caller gave up; a running ``def`` endpoint may poll it
 
     def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The call's arguments, unpickled for this actor."""
@@ -69,6 +76,11 @@ class Message(Protocol):
 
 _STOP = object()
 
+# The message the running endpoint is handling (on the actor's thread and in its task).
+CURRENT_MESSAGE: contextvars.ContextVar[Message | None] = contextvars.ContextVar(
+    "actormesh_current_message", default=None
+)
+
 
 class Mailbox:
     """Ordered execution for one hosted actor.
@@ -84,6 +96,13 @@ class Mailbox:
         self._running = False
         self._closed = False
         self._host: Hosted | None = None
+        # What runs now (loop thread only): the one-at-a-time message, since when, and the
+        # task draining the queue (it runs ``async`` endpoints); concurrent ones by task.
+        self.current: Message | None = None
+        self.since = 0.0
+        self._drain_task: asyncio.Task[None] | None = None
+        self._cancelling: Message | None = None
+        self.concurrent: dict[Message, asyncio.Task[None]] = {}
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._thread_main, name=name, daemon=True)
         self._thread.start()
@@ -139,12 +158,21 @@ class Mailbox:
         except BaseException as error:
             message.fail(error)
             return
-        self._loop.create_task(self._run_async(host, message, args, kwargs), context=host.context)
+        self._track(
+            message,
+            self._loop.create_task(
+                self._run_async(host, message, args, kwargs), context=host.context
+            ),
+        )
+
+    def _track(self, message: Message, task: asyncio.Task[None]) -> None:
+        self.concurrent[message] = task
+        task.add_done_callback(lambda _: self.concurrent.pop(message, None))
 
     def _kick(self) -> None:
         if not self._running and self._queue and self._host is not None:
             self._running = True
-            self._loop.create_task(self._drain(), context=self._host.context)
+            self._drain_task = self._loop.create_task(self._drain(), context=self._host.context)
 
     async def _drain(self) -> None:
         host = self._host
@@ -158,6 +186,7 @@ class Mailbox:
                 except BaseException as error:
                     message.fail(error)
                     continue
+                self.current, self.since = message, time.monotonic()
                 if kind is EndpointKind.SYNC:
                     finished = self._loop.create_future()
                     self._jobs.put((self._run_sync, host, message, args, kwargs, finished))
@@ -165,25 +194,39 @@ class Mailbox:
                 elif kind is EndpointKind.ASYNC:
                     await self._run_async(host, message, args, kwargs)
                 else:
-                    self._loop.create_task(
-                        self._run_async(host, message, args, kwargs), context=host.context
+                    self._track(
+                        message,
+                        self._loop.create_task(
+                            self._run_async(host, message, args, kwargs), context=host.context
+                        ),
                     )
+                self.current = None
         finally:
             self._running = False
+            self.current = None
         if self._queue and not self._closed:
             self._kick()
 
-    @staticmethod
     async def _run_async(
-        host: Hosted, message: Message, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, host: Hosted, message: Message, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
+        token = CURRENT_MESSAGE.set(message)
         try:
             value = await host.invoke(message.endpoint, args, kwargs)
         except BaseException as error:
             message.fail(error)
+            if self._cancelling is message and isinstance(error, asyncio.CancelledError):
+                # We cancelled the queue's task to stop this endpoint only: the queue goes on.
+                self._cancelling = None
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+                return
             if not isinstance(error, Exception):
                 raise
             return
+        finally:
+            CURRENT_MESSAGE.reset(token)
         message.succeed(value)
 
     def _run_sync(
@@ -194,12 +237,15 @@ class Mailbox:
         kwargs: dict[str, Any],
         finished: asyncio.Future[None],
     ) -> None:
+        token = CURRENT_MESSAGE.set(message)
         try:
             value = host.invoke(message.endpoint, args, kwargs)
         except BaseException as error:
             message.fail(error)
         else:
             message.succeed(value)
+        finally:
+            CURRENT_MESSAGE.reset(token)
         self._loop.call_soon_threadsafe(_resolve, finished)
 
     def _thread_main(self) -> None:
@@ -217,6 +263,50 @@ class Mailbox:
                 fn(*args)
             else:
                 context.run(fn, *args)
+
+    @property
+    def thread_id(self) -> int | None:
+        """The actor's thread (where ``def`` endpoints run), for reading its stack."""
+        return self._thread.ident
+
+    @property
+    def drain_task(self) -> asyncio.Task[None] | None:
+        """The task running the queue (and its ``async`` endpoints), if running."""
+        return self._drain_task if self._running else None
+
+    def queued(self) -> list[Message]:
+        """Messages waiting their turn, oldest first (loop thread)."""
+        return list(self._queue)
+
+    def cancel(self, match: Callable[[Message], bool]) -> int:
+        """Cancel the messages ``match`` selects (loop thread); returns how many it reached.
+
+        Queued ones are dropped (failed with ``CancelledError``); a running ``async`` endpoint
+        has its task cancelled; a running ``def`` endpoint gets its ``cancelled`` flag set.
+        """
+        from asyncio import CancelledError
+
+        reached = 0
+        for message in [m for m in self._queue if match(m)]:
+            self._queue.remove(message)
+            message.cancelled = True
+            message.fail(CancelledError("the caller cancelled the call before it started"))
+            reached += 1
+        for message, task in list(self.concurrent.items()):
+            if match(message):
+                message.cancelled = True
+                task.cancel()
+                reached += 1
+        current = self.current
+        if current is not None and match(current):
+            current.cancelled = True
+            reached += 1
+            host = self._host
+            kind = host.kind(current.endpoint) if host is not None else None
+            if kind is EndpointKind.ASYNC and self._drain_task is not None:
+                self._cancelling = current
+                self._drain_task.cancel()
+        return reached
 
     def close(self) -> None:
         """Drop the actor: queued messages fail, the thread ends after its current job."""

@@ -33,6 +33,7 @@ from .._transport import Connection, Listener, TransportClosed, connect_unix, pr
 from .._transport._frames import Buffer
 from . import _envelope as env
 from ._heartbeat import HeartbeatMonitor
+from ._inspect import describe
 from ._limits import check_message_size
 from ._mailbox import Mailbox
 from ._output import PipeForwarder
@@ -87,6 +88,7 @@ class _Delivery:
 
     __slots__ = (
         "buffers",
+        "cancelled",
         "conn",
         "endpoint",
         "mesh_id",
@@ -119,6 +121,7 @@ class _Delivery:
         self.mesh_id = hosted.mesh_id
         self.mesh_name = hosted.mesh_name
         self.point = hosted.point
+        self.cancelled = False
 
     def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         args, kwargs = loads(self.payload, self.buffers)
@@ -360,6 +363,10 @@ class Runtime:
             elif kind == env.PONG:
                 if self._heartbeat is not None:
                     self._heartbeat.answered(conn.peer)
+            elif kind == env.CANCEL:
+                self._handle_cancel(conn, header)
+            elif kind == env.INSPECT:
+                self._handle_inspect(conn, header)
             else:
                 log.warning("dropping a frame of unknown kind %r", kind)
         except Exception:
@@ -424,6 +431,38 @@ class Runtime:
                     conn.send(reply)
 
             mailbox.construct(factory, done)
+
+    def _deliveries(
+        self, conn: Connection, mesh_id: str, ranks: Sequence[int], req_id: int
+    ) -> list[tuple[int, _HostedActor | None, Callable[[Any], bool]]]:
+        """For each rank: its hosted actor here, and a test for request ``req_id``'s message."""
+        actors = self._hosted.get(mesh_id, {})
+
+        def mine(message: Any) -> bool:
+            return (
+                getattr(message, "req_id", None) == req_id
+                and getattr(message, "conn", None) is conn
+            )
+
+        return [(rank, actors.get(rank), mine) for rank in ranks]
+
+    def _handle_cancel(self, conn: Connection, header: tuple[Any, ...]) -> None:
+        _, req_id, mesh_id, ranks = header
+        for _rank, hosted, mine in self._deliveries(conn, mesh_id, ranks, req_id):
+            if hosted is not None:
+                hosted.mailbox.cancel(mine)
+
+    def _handle_inspect(self, conn: Connection, header: tuple[Any, ...]) -> None:
+        _, req_id, mesh_id, ranks, call_id = header
+        answers: dict[int, dict[str, Any]] = {}
+        for rank, hosted, mine in self._deliveries(conn, mesh_id, ranks, call_id):
+            if hosted is None:
+                answers[rank] = {"state": "absent", "busy": None}
+            else:
+                answers[rank] = describe(hosted.mailbox, mine)
+        reply = [env.encode_header((env.REPLY, req_id, -1, True)), dumps(answers)[0]]
+        with contextlib.suppress(TransportClosed):
+            conn.send(reply)
 
     def _refuse_spawn(
         self,

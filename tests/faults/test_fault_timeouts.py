@@ -1,0 +1,110 @@
+"""Timeouts say who had not answered and what each was doing; late replies are dropped."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+from faults_actors import Worker
+from faults_support import run_program
+
+from actormesh import ActorMesh, CallTimeoutError, ProcMesh, proc_mesh
+
+
+@pytest.fixture
+def workers() -> Iterator[ActorMesh[Worker]]:
+    procs: ProcMesh = proc_mesh(gpus=3).get(timeout=30)
+    try:
+        yield procs.spawn("slow", Worker).get(timeout=30)
+    finally:
+        procs.stop().get(timeout=30)
+
+
+def test_get_with_a_timeout_names_the_silent_actors_and_their_stacks(
+    workers: ActorMesh[Worker],
+) -> None:
+    workers.slice(gpus=0).sleep.call_one(3)
+    workers.slice(gpus=2).asleep.call_one(3)
+    started = time.monotonic()
+    with pytest.raises(CallTimeoutError) as caught:
+        workers.echo.call(1).get(timeout=0.3)
+    assert time.monotonic() - started < 2.0  # the timeout plus a brief inspection
+    error = caught.value
+    assert error.pending == (0, 2)
+    message = str(error)
+    assert "2 of 3 actor(s) had not answered" in message
+    assert "{gpus=0}: the call to 'echo' is queued" in message
+    assert "busy with 'sleep'" in message and "time.sleep(seconds)" in message
+    assert "busy with 'asleep'" in message and "await asyncio.sleep(seconds)" in message
+    assert "{gpus=1}" not in message  # it answered
+
+
+def test_a_running_endpoint_is_named_with_its_time_in_it(workers: ActorMesh[Worker]) -> None:
+    with pytest.raises(CallTimeoutError) as caught:
+        workers.slice(gpus=1).sleep.call_one(2).get(timeout=0.3)
+    message = str(caught.value)
+    assert "{gpus=1}: running 'sleep' for 0." in message
+    assert "faults_actors.py" in message
+
+
+def test_a_process_whose_loop_is_blocked_is_said_to_be_blocked(
+    workers: ActorMesh[Worker],
+) -> None:
+    with pytest.raises(CallTimeoutError, match="its event loop is blocked"):
+        workers.slice(gpus=1).hold_gil.call_one(2.5).get(timeout=0.3)
+
+
+def test_await_with_a_timeout_raises_the_same_error(workers: ActorMesh[Worker]) -> None:
+    async def main() -> CallTimeoutError:
+        with pytest.raises(CallTimeoutError) as caught:
+            await workers.slice(gpus=0).asleep.call_one(5).wait(0.3)
+        # asyncio's own wait_for works too; it cancels the call and raises TimeoutError.
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(workers.slice(gpus=1).asleep.call_one(5), 0.3)
+        return caught.value
+
+    error = asyncio.run(main())
+    assert "running 'asleep'" in str(error)
+
+
+def test_a_stream_with_a_timeout_ends_with_the_error(workers: ActorMesh[Worker]) -> None:
+    workers.slice(gpus=2).sleep.call_one(2)
+    got, errors = [], []
+    for item in _drain(workers.echo.stream("x").with_timeout(0.5), errors):
+        got.append(item)
+    assert sorted(str(point) for point, _ in got) == ["{gpus=0}", "{gpus=1}"]
+    assert len(errors) == 1 and errors[0].pending == (2,)
+
+
+def _drain(stream: object, errors: list[CallTimeoutError]) -> Iterator[object]:
+    iterator = iter(stream)  # type: ignore[call-overload]
+    while True:
+        try:
+            yield next(iterator)
+        except StopIteration:
+            return
+        except CallTimeoutError as error:
+            errors.append(error)
+
+
+def test_a_late_reply_is_dropped_and_never_answers_another_call(
+    workers: ActorMesh[Worker],
+) -> None:
+    one = workers.slice(gpus=0)
+    with pytest.raises(CallTimeoutError):
+        one.sleep.call_one(0.4).get(timeout=0.1)
+    # The timed-out call still runs to its end; its late reply must go nowhere.
+    for value in range(20):
+        assert one.echo.call_one(value).get(timeout=10) == value
+    time.sleep(0.5)
+    assert one.echo.call_one("last").get(timeout=10) == "last"
+    assert one.stats()[0]["in_flight"] == 0
+
+
+def test_the_default_timeout_bounds_waits_without_their_own() -> None:
+    result = run_program("default_timeout", env={"ACTORMESH_DEFAULT_TIMEOUT": "0.5"})
+    assert "timed out after 0.5 s" in result["call"] and "running 'sleep'" in result["call"]
+    assert result["call_s"] < 3.0
+    assert "timed out after 0.5 s" in result["stream"]
