@@ -9,6 +9,7 @@ the actor's own thread, inside a context that makes ``current_rank()`` answer.
 from __future__ import annotations
 
 import contextvars
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,6 +56,9 @@ RESERVED_NAMES = frozenset(
 # weight sync) act inside actors without the actor class declaring anything. Calling it
 # needs nothing a caller could not already do by pickling a function as an argument.
 SYSTEM_ENDPOINT = "__actormesh_system__"
+
+# Hooks an actor may define that the runtime calls through its mailbox (see _supervision).
+HOOKS = frozenset({"__supervise__"})
 
 
 class Actor:
@@ -149,6 +153,12 @@ class _ActorHost:
         if options is None:
             if endpoint == SYSTEM_ENDPOINT:
                 return EndpointKind.SYNC
+            if endpoint in HOOKS:
+                # Lifecycle hooks the runtime delivers in order with the actor's messages.
+                hook = getattr(self.instance, endpoint)  # AttributeError: the actor has none
+                return (
+                    EndpointKind.ASYNC if inspect.iscoroutinefunction(hook) else EndpointKind.SYNC
+                )
             raise missing_endpoint(
                 type(self.instance).__qualname__, endpoint, self.table, type(self.instance)
             )

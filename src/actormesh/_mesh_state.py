@@ -56,6 +56,9 @@ class MeshState:
         self.choose: Any = "power_of_two"
         self.dead: dict[int, str] = {}
         self.unhandled: list[Failure] = []
+        # The actor that spawned the mesh, as (its mesh id, its rank), when one did in this
+        # process: its __supervise__ hears of the mesh's failures first (see _supervision).
+        self.owner: tuple[str, int] | None = None
         self._lock = threading.Lock()
         self._ranks = [_RankStats() for _ in paths]
         # Called once each, on the thread that finished a call, after the next call ends;

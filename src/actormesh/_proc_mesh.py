@@ -67,7 +67,7 @@ class ProcMesh:
     def __getitem__(self, key: Any) -> ProcMesh:
         return ProcMesh(self._processes, self._shape.index(key))
 
-    def spawn(self, name: str, actor_class: type[T], *args: Any, **kwargs: Any) -> Future[T]:
+    def spawn(self, name: str, actor_class: type[T], /, *args: Any, **kwargs: Any) -> Future[T]:
         """Build one ``actor_class(*args, **kwargs)`` in every process of this mesh.
 
         The future's value is the ``ActorMesh`` (typed as the actor class, so endpoints
@@ -92,6 +92,7 @@ class ProcMesh:
             paths=tuple(children[root].listen_path for root in self._shape.ranks),
         )
         mesh: ActorMesh[T] = ActorMesh(ref, Shape.from_dims(labels, sizes), actor_class)
+        _supervision.adopt(mesh._state)
         spec = SpawnSpec(actor_class, args, kwargs, name, labels, sizes, mesh)
         payload, buffers = dumps(spec)
         self._processes.meshes.append(ref.mesh_id)

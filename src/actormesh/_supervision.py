@@ -1,30 +1,59 @@
-"""Supervision: every failure of a mesh reaches its owner, never silence.
+"""Supervision: every failure of a mesh reaches its owner once, never silence.
 
-The runtime reports two kinds of failure that no pending call is waiting for: a
-``broadcast`` whose endpoint raised, and a worker process that died. Each becomes a
-``Failure`` handed to the failure hook (``set_failure_hook``). With no hook, the failure is
-written to the controller's stderr at once and the next use of that mesh raises
-``SupervisionError``.
+The owner of a mesh is whoever spawned it: the controller, or an actor (an actor may start
+process meshes and spawn in them). Failures that no pending call is waiting for become a
+``Failure`` for that owner:
+
+- a worker process died (crash, kill, missed heartbeats): one failure per mesh it hosted,
+  reported by the runtime that started the process (that is, in the owner's process);
+- an endpoint called with ``broadcast`` raised: reported to the process that broadcast;
+- an actor that owns meshes did not handle one of their failures (below).
+
+An owning actor may define ``__supervise__(self, failure) -> bool``. It runs like a
+message to that actor (on its thread for a ``def``, on its loop for an ``async def``, in
+order with its other messages). Returning True handles the failure. Returning anything
+else, raising, or not defining the hook escalates: the failure goes to the owner of the
+*owning actor's* mesh, one level up, and so on until it reaches the controller.
+
+In the controller, a failure goes to the hook set with ``set_failure_hook``. Without one,
+it is written to stderr at once, and the next use of the failed mesh raises
+``SupervisionError`` carrying it; a controller never learns of a failure only by noticing
+that something is missing.
+
+Spawning is not supervised this way: a failing ``__init__`` fails the spawn itself with
+``ActorInitError`` (the caller is waiting for it), and the actors that did start are
+dropped.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
+from typing import Any
 
+from ._context import current_actor
 from ._core import ChildProcess, Runtime
-from ._core._envelope import error_from_payload
-from ._exceptions import ActorDiedError
+from ._core._envelope import error_from_payload, error_payload
+from ._exceptions import ActorDiedError, SupervisionError
 from ._mesh_state import Failure, MeshState, all_states
 
-__all__ = ["Failure", "install", "set_failure_hook"]
+__all__ = ["Failure", "adopt", "install", "report", "set_failure_hook"]
+
+log = logging.getLogger("actormesh.supervision")
+
+_HOOK = "__supervise__"
 
 _hook: Callable[[Failure], None] | None = None
 _installed: set[int] = set()
 
 
 def set_failure_hook(hook: Callable[[Failure], None] | None) -> None:
-    """Handle unhandled mesh failures with ``hook`` (``None`` restores the default)."""
+    """Handle the failures that reach the controller with ``hook`` (``None``: the default).
+
+    The hook runs on actormesh's event-loop thread: keep it short and never block in it
+    (record the failure, set an event, schedule work elsewhere).
+    """
     global _hook
     _hook = hook
 
@@ -34,14 +63,37 @@ def install(runtime: Runtime) -> None:
     if id(runtime) in _installed:
         return
     _installed.add(id(runtime))
-    runtime.failure_handler = _on_broadcast_failure
+    runtime.failure_handler = _on_failure_frame
     runtime.exit_listeners.append(_on_process_exit)
 
 
+def adopt(state: MeshState) -> None:
+    """Make the calling actor, if any, the owner of a mesh it is spawning."""
+    identity = current_actor()
+    mesh = identity.mesh if identity is not None else None
+    if mesh is not None:
+        state.owner = (mesh._ref.mesh_id, identity.point.rank)  # type: ignore[union-attr]
+
+
 def report(state: MeshState, failure: Failure) -> None:
-    """Hand ``failure`` of ``state``'s mesh to the hook, or record it for the owner."""
+    """Hand ``failure`` of ``state``'s mesh to its owner (loop thread)."""
+    owner = state.owner
+    runtime = Runtime.current()
+    if owner is not None and runtime is not None:
+        if runtime.deliver_local(*owner, _Supervise(runtime, owner, failure)):
+            return
+        # The owning actor is gone (its mesh stopped): its own owner hears of it.
+        if _escalate(runtime, owner, failure, None):
+            return
+    _to_controller(state, failure)
+
+
+def _to_controller(state: MeshState | None, failure: Failure) -> None:
     if _hook is not None:
-        _hook(failure)
+        try:
+            _hook(failure)
+        except Exception:
+            log.exception("the failure hook raised")
         return
     print(
         f"actormesh: unhandled failure of mesh '{failure.mesh}' (ranks {list(failure.ranks)},"
@@ -49,16 +101,66 @@ def report(state: MeshState, failure: Failure) -> None:
         file=sys.stderr,
         flush=True,
     )
-    state.unhandled.append(failure)
+    if state is not None:
+        state.unhandled.append(failure)
 
 
-def _on_broadcast_failure(mesh_id: str, rank: int, endpoint: str, payload: memoryview) -> None:
+def _escalate(
+    runtime: Runtime, owner: tuple[str, int], failure: Failure, why: BaseException | None
+) -> bool:
+    """Send ``failure`` up: to whoever spawned the owning actor's mesh."""
+    mesh_id, rank = owner
+    detail = f" (__supervise__ raised {type(why).__name__}: {why})" if why is not None else ""
+    error = SupervisionError(
+        f"actor rank {rank} of mesh '{mesh_id.rsplit('-', 1)[0]}' did not handle a failure of "
+        f"mesh '{failure.mesh}' it owns{detail}: ranks {list(failure.ranks)}, "
+        f"{failure.kind}: {failure.error}",
+        failure,
+    )
+    payload = error_payload(error, mesh=mesh_id.rsplit("-", 1)[0], point={}, endpoint=_HOOK)
+    return runtime.escalate(mesh_id, rank, _HOOK, payload)
+
+
+class _Supervise:
+    """The message that runs an owning actor's ``__supervise__`` (a mailbox ``Message``)."""
+
+    endpoint = _HOOK
+
+    def __init__(self, runtime: Runtime, owner: tuple[str, int], failure: Failure) -> None:
+        self.runtime = runtime
+        self.owner = owner
+        self.failure = failure
+        self.cancelled = False
+
+    def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (self.failure,), {}
+
+    def succeed(self, value: Any) -> None:
+        if value is True:
+            log.info("failure of mesh '%s' handled by its owner", self.failure.mesh)
+            return
+        self._up(None)
+
+    def fail(self, error: BaseException) -> None:
+        self._up(None if isinstance(error, AttributeError) else error)
+
+    def _up(self, why: BaseException | None) -> None:
+        # Any thread (the actor's, for a def hook): escalation sends from the loop.
+        self.runtime.call_soon(self._escalate, why)
+
+    def _escalate(self, why: BaseException | None) -> None:
+        if not _escalate(self.runtime, self.owner, self.failure, why):
+            _to_controller(None, self.failure)
+
+
+def _on_failure_frame(mesh_id: str, rank: int, endpoint: str, payload: memoryview) -> None:
     error = error_from_payload(payload)
+    kind = "unhandled" if endpoint == _HOOK else "broadcast"
     state = next((s for s in all_states() if s.mesh_id == mesh_id), None)
     if state is None:
-        print(f"actormesh: broadcast to '{endpoint}' failed: {error}", file=sys.stderr)
+        print(f"actormesh: {kind} failure of endpoint '{endpoint}': {error}", file=sys.stderr)
         return
-    report(state, Failure(state.name, (rank,), "broadcast", error))
+    report(state, Failure(state.name, (rank,), kind, error))
 
 
 def _on_process_exit(child: ChildProcess, reason: str) -> None:
@@ -71,6 +173,8 @@ def _on_process_exit(child: ChildProcess, reason: str) -> None:
         for rank in ranks:
             state.dead.setdefault(rank, reason)
         error = ActorDiedError(
-            f"process of mesh '{state.name}' {reason}", reason=reason, ranks=ranks
+            f"the process of actor(s) {list(ranks)} of mesh '{state.name}' died: {reason}",
+            reason=reason,
+            ranks=ranks,
         )
         report(state, Failure(state.name, ranks, "died", error))

@@ -178,6 +178,7 @@ class Runtime:
         self._ids = itertools.count(1)
         self._pending: dict[int, ReplyHandler] = {}
         self._hosted: dict[str, dict[int, _HostedActor]] = {}
+        self._spawners: dict[str, Connection] = {}  # mesh id -> who spawned it here
         self._children: dict[str, ChildProcess] = {}
         self._child_conns: dict[Connection, ChildProcess] = {}
         self._forwarders: dict[str, list[PipeForwarder]] = {}
@@ -407,6 +408,7 @@ class Runtime:
         except Exception as error:
             self._refuse_spawn(conn, req_id, mesh_id, ranks, error)
             return
+        self._spawners[mesh_id] = conn
         actors = self._hosted.setdefault(mesh_id, {})
         for rank in ranks:
             factory, mesh_name, point = spec.actor(rank)
@@ -512,8 +514,32 @@ class Runtime:
 
         self.call_soon(install)
 
+    def deliver_local(self, mesh_id: str, rank: int, message: Any) -> bool:
+        """Queue ``message`` for an actor hosted here (loop thread); False if none."""
+        hosted = self._hosted.get(mesh_id, {}).get(rank)
+        if hosted is None:
+            return False
+        hosted.mailbox.deliver(message)
+        return True
+
+    def escalate(self, mesh_id: str, rank: int, endpoint: str, payload: bytes) -> bool:
+        """Report a failure of actor ``rank`` of ``mesh_id`` to whoever spawned that mesh.
+
+        It arrives there as a FAILURE frame, like a failed ``broadcast``. False when this
+        process does not know the spawner (the actor was hosted by ``host()``) or it is gone.
+        """
+        conn = self._spawners.get(mesh_id)
+        if conn is None or conn.closed:
+            return False
+        try:
+            conn.send([env.encode_header((env.FAILURE, mesh_id, rank, endpoint)), payload])
+        except TransportClosed:
+            return False
+        return True
+
     def _handle_stop_mesh(self, conn: Connection, header: tuple[Any, ...]) -> None:
         _, req_id, mesh_id = header
+        self._spawners.pop(mesh_id, None)
         for hosted in self._hosted.pop(mesh_id, {}).values():
             hosted.mailbox.close()
         if req_id:
