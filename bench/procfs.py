@@ -112,18 +112,15 @@ def has_torch(pid: int) -> bool:
         return False
 
 
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+def _reap(pids: Iterable[int]) -> None:
+    """Collect the exit status of those of ``pids`` that are our exited children."""
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 def end_processes(pids: Iterable[int], grace: float = 3.0) -> list[int]:
-    """SIGTERM ``pids``, SIGKILL what is still alive after ``grace`` s; reap our children.
+    """SIGTERM ``pids``, SIGKILL what is still alive after ``grace`` s; reap those we can.
 
     Returns the pids that had to be signalled at all.
     """
@@ -135,18 +132,24 @@ def end_processes(pids: Iterable[int], grace: float = 3.0) -> list[int]:
             signalled.append(pid)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + grace
-    alive = signalled
-    while alive and time.monotonic() < deadline:
-        _reap()
-        alive = [p for p in alive if _alive(p)]
-        if alive:
-            time.sleep(0.05)
-    for pid in alive:
+    for pid in _wait_gone(signalled, grace):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    _reap()
+    _wait_gone(signalled, grace)
     return signalled
+
+
+def _wait_gone(pids: list[int], grace: float) -> list[int]:
+    """Wait up to ``grace`` s for ``pids`` to exit (reaping ours); those still alive."""
+    deadline = time.monotonic() + grace
+    alive = pids
+    while alive:
+        _reap(alive)
+        alive = [p for p in alive if _alive(p)]
+        if not alive or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    return alive
 
 
 def _alive(pid: int) -> bool:

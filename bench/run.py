@@ -219,6 +219,8 @@ def _write(results: dict[str, Any], out_dir: Path, fig_dir: Path, charts: bool) 
     )
     meta = results["meta"]
     mode = f"{'quick' if meta['quick'] else 'full'} run of {meta['timestamp']}, {meta['wall_s']} s"
+    if "loadavg_start" in meta:
+        mode += f"; 1-min load average {meta['loadavg_start'][0]:.1f} before"
     text = f"Machine: {machine}\n\nSystems: {versions}\n\nMode: {mode}\n\n{table}\n"
     out_dir.mkdir(parents=True, exist_ok=True)
     blob = json.dumps(results, indent=1, sort_keys=False)
@@ -249,7 +251,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--figures", type=Path, default=BENCH / "figures", help="charts directory")
     parser.add_argument("--no-charts", action="store_true")
     parser.add_argument("--render", type=Path, metavar="JSON", help="only re-render a results file")
+    parser.add_argument("--list", action="store_true", help="print the workloads and exit")
     args = parser.parse_args(argv)
+
+    if args.list:
+        print("| workload | unit | what it measures |\n|---|---|---|")
+        for w in WORKLOADS:
+            units = ", ".join(dict.fromkeys(r.unit for r in w.rows))
+            print(f"| `{w.name}` | {units} | {w.description} |")
+        return 0
 
     if args.render:
         loaded = json.loads(args.render.read_text())
@@ -280,6 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     for log in logs.glob("*.log"):
         log.unlink()
+    results["meta"]["loadavg_start"] = os.getloadavg()
+    if os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1):
+        print(
+            f"warning: load average {os.getloadavg()[0]:.1f} already: figures will be noisy",
+            file=sys.stderr,
+        )
     t0 = time.monotonic()
     try:
         for sys_entry in systems:
@@ -287,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             results["systems"][sys_entry.name] = _run_system(sys_entry, names, args.quick, logs)
     finally:
         results["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
+        results["meta"]["loadavg_end"] = os.getloadavg()
         if results["systems"]:
             print(_write(results, args.out, args.figures, not args.no_charts))
     return 0
