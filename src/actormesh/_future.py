@@ -191,11 +191,35 @@ def _wake(waiter: asyncio.Future[None], _: Future[Any]) -> None:
         waiter.set_result(None)
 
 
+# Waiters on other event loops, woken in batches: one thread-safe call per loop per burst
+# of results instead of one per result (each costs a system call to wake that loop).
+_wakes: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+_wakes_lock = threading.Lock()
+
+
 def _wake_threadsafe(
     loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None], f: Future[Any]
 ) -> None:
+    with _wakes_lock:
+        batch = _wakes.get(loop)
+        if batch is not None:
+            batch.append(waiter)
+            return
+        _wakes[loop] = [waiter]
     if not loop.is_closed():
-        loop.call_soon_threadsafe(_wake, waiter, f)
+        try:
+            loop.call_soon_threadsafe(_wake_batch, loop)
+        except RuntimeError:  # closed meanwhile: nobody is waiting any more
+            with _wakes_lock:
+                _wakes.pop(loop, None)
+
+
+def _wake_batch(loop: asyncio.AbstractEventLoop) -> None:
+    with _wakes_lock:
+        batch = _wakes.pop(loop, [])
+    for waiter in batch:
+        if not waiter.done():
+            waiter.set_result(None)
 
 
 def resolved(value: R) -> Future[R]:

@@ -95,6 +95,9 @@ class Connection:
         self._backlog: deque[tuple[memoryview, list[int]]] = deque()
         self._fds: deque[int] = deque()
         self._returns: list[int] = []
+        self._batch: list[Buffer] = []
+        self._flush_scheduled = False
+        self._loop_thread: int | None = None
         self._lent: set[int] = set()  # inodes of our segments the peer holds
         self._returns_lock = threading.Lock()
         self._writer_armed = False
@@ -117,6 +120,7 @@ class Connection:
 
     def start(self) -> None:
         """Begin reading; call on the loop thread."""
+        self._loop_thread = threading.get_ident()
         self._loop.add_reader(self._fd, self._on_readable)
 
     # -- sending ------------------------------------------------------------------------
@@ -144,24 +148,51 @@ class Connection:
                     lengths.append(size)
                     inline.append(part)
             header = encode_header(lengths)
-            self._send_locked(header, inline, fds)
+            if not fds and threading.get_ident() == self._loop_thread:
+                self._send_soon(header, inline)
+            else:
+                self._send_locked([header, *inline], fds)
         finally:
             for fd in fds:  # the kernel holds its own reference while the frame is in flight
                 os.close(fd)
 
-    def _send_locked(self, header: bytes, inline: list[Buffer], fds: list[int]) -> None:
+    def _send_soon(self, header: bytes, inline: list[Buffer]) -> None:
+        # On the loop thread, frames wait for the end of the loop turn and leave together
+        # in one system call (replies to a burst of requests, say).
         with self._lock:
             if self._closed:
                 raise TransportClosed(f"connection to {self.peer or 'peer'} is closed")
-            if self._backlog or len(inline) >= _IOV_MAX:
-                self._queue(header, inline, 0, fds)
+            self._batch.append(header)
+            self._batch.extend(inline)
+            if self._flush_scheduled:
+                return
+            self._flush_scheduled = True
+        self._loop.call_soon(self._flush_batch)
+
+    def _flush_batch(self) -> None:
+        with contextlib.suppress(TransportClosed):
+            self._send_locked([], [])
+
+    def _send_locked(self, buffers: list[Buffer], fds: list[int]) -> None:
+        with self._lock:
+            if self._closed:
+                raise TransportClosed(f"connection to {self.peer or 'peer'} is closed")
+            if self._batch:
+                # Frames batched on the loop thread go first: order per connection holds.
+                buffers = [*self._batch, *buffers]
+                self._batch = []
+            self._flush_scheduled = False
+            if not buffers:
+                return
+            if self._backlog or len(buffers) >= _IOV_MAX:
+                self._queue(buffers, 0, fds)
                 return
             try:
                 if fds:
                     rights = [(_SOL_SOCKET, _SCM_RIGHTS, array.array("i", fds))]
-                    sent = self._sock.sendmsg([header, *inline], rights)
+                    sent = self._sock.sendmsg(buffers, rights)
                 else:
-                    sent = self._sock.sendmsg([header, *inline])
+                    sent = self._sock.sendmsg(buffers)
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except OSError as error:
@@ -169,13 +200,13 @@ class Connection:
                 raise TransportClosed(
                     f"connection to {self.peer or 'peer'} broke: {error}"
                 ) from error
-            if sent < len(header) + sum(nbytes(p) for p in inline):
-                self._queue(header, inline, sent, fds if sent == 0 else [])
+            if sent < sum(nbytes(p) for p in buffers):
+                self._queue(buffers, sent, fds if sent == 0 else [])
 
-    def _queue(self, header: bytes, parts: Sequence[Buffer], skip: int, fds: list[int]) -> None:
+    def _queue(self, buffers: Sequence[Buffer], skip: int, fds: list[int]) -> None:
         # Called with the lock held: append what was not sent and make the loop flush it.
         pending_fds = [os.dup(fd) for fd in fds]  # the caller closes the originals
-        for part in (header, *parts):
+        for part in buffers:
             view = memoryview(part)
             if view.format != "B" or view.ndim != 1:
                 view = view.cast("B")
@@ -348,7 +379,7 @@ class Connection:
         for start in range(0, len(fds), _MAX_FDS):
             batch = fds[start : start + _MAX_FDS]
             try:
-                self._send_locked(encode_header([SHARED] * len(batch), returned=True), [], batch)
+                self._send_locked([encode_header([SHARED] * len(batch), returned=True)], batch)
             except TransportClosed:
                 for fd in batch:
                     pool.give(fd)
@@ -401,6 +432,7 @@ class Connection:
                 for fd in fds:
                     os.close(fd)
             self._backlog.clear()
+            self._batch.clear()
             while self._fds:
                 os.close(self._fds.popleft())
             lent, self._lent = self._lent, set()
