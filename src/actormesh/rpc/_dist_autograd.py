@@ -1,0 +1,329 @@
+"""Distributed autograd: contexts, send/recv records, and the backward pass across workers.
+
+Forward: while a context is current, every RPC carries its id. A message that carries
+tensors requiring grad is recorded on both sides under one message key: the sender keeps
+the tensors it sent ("send"), the receiver keeps the leaf tensors it rebuilt ("recv").
+Replies are recorded the same way, so a worker's graph ends in recv leaves and starts at
+send tensors.
+
+Backward: a *pass* on one worker takes some tensors and their gradients, finds the leaves
+they reach, and computes the leaves' gradients with ``torch.autograd.grad``. Gradients of
+local leaves accumulate in the context (never in ``.grad``); gradients of recv leaves go
+back to the worker that sent those tensors, which runs a pass from its send record. A
+worker answers a gradient message only once every pass it caused has finished, so when
+``backward`` returns on the root, the whole distributed backward has finished. Summing
+the passes is exact because backward is linear in the incoming gradient; the graphs are
+kept (``retain_graph``) until the context is released, as one worker may receive
+gradients for one message from several passes.
+
+Release: leaving ``context()`` releases it here and on every worker it reached (each
+forwards the release to the workers it reached); a dead worker's contexts are released
+everywhere when its death is noticed.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future as ConcurrentFuture
+from pickle import PickleBuffer
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ._agent import endpoint
+from ._wire import DecodeSession, EncodeSession, decode, encode
+
+if TYPE_CHECKING:
+    from ._state import RpcState
+
+__all__ = ["Context", "Engine", "current_context", "engine", "running_in"]
+
+MsgKey = tuple[int, int]
+
+_current: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
+    "actormesh_rpc_autograd_context", default=None
+)
+
+
+def current_context() -> Context | None:
+    """The distributed autograd context of the running code, if any."""
+    return _current.get()
+
+
+class running_in:
+    """Make ``ctx`` the current context for a block (``None``: leave it as it is)."""
+
+    __slots__ = ("_ctx", "_token")
+
+    def __init__(self, ctx: Context | None) -> None:
+        self._ctx = ctx
+        self._token: contextvars.Token[Context | None] | None = None
+
+    def __enter__(self) -> None:
+        if self._ctx is not None:
+            self._token = _current.set(self._ctx)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+
+
+class Context:
+    """One distributed autograd context as this worker knows it."""
+
+    __slots__ = ("grads", "id", "known", "lock", "recv_index", "recvs", "released", "sends")
+
+    def __init__(self, context_id: int) -> None:
+        self.id = context_id
+        self.lock = threading.Lock()
+        self.known: set[int] = set()
+        self.sends: dict[MsgKey, list[torch.Tensor]] = {}
+        self.recvs: dict[MsgKey, tuple[int, dict[int, torch.Tensor]]] = {}
+        self.recv_index: dict[int, tuple[MsgKey, int, int]] = {}
+        self.grads: dict[torch.Tensor, torch.Tensor] = {}
+        self.released = False
+
+
+class Engine:
+    """This process' contexts and the passes that run on them."""
+
+    def __init__(self, state: RpcState) -> None:
+        self.state = state
+        self.contexts: dict[int, Context] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        state.peer_listeners.append(self._peer_gone)
+
+    # -- contexts -------------------------------------------------------------------------
+
+    def new_context(self) -> Context:
+        """A fresh context created by this worker (ids are unique across the group)."""
+        ctx = Context((self.state.me.id << 48) | next(self._ids))
+        with self._lock:
+            self.contexts[ctx.id] = ctx
+        return ctx
+
+    def get(self, context_id: int) -> Context:
+        """The context with this id; ``RuntimeError`` if this worker does not know it."""
+        ctx = self.contexts.get(context_id)
+        if ctx is None:
+            raise RuntimeError(
+                f"Could not find autograd context with id: {context_id} on worker "
+                f"{self.state.me.name!r} (it was never used here, or it was released)"
+            )
+        return ctx
+
+    def incoming(self, context_id: int, src: int) -> Context | None:
+        """The context a message from ``src`` belongs to, created here on first contact."""
+        if not context_id:
+            return None
+        with self._lock:
+            ctx = self.contexts.get(context_id)
+            if ctx is None:
+                ctx = self.contexts[context_id] = Context(context_id)
+        ctx.known.add(src)
+        return ctx
+
+    def release(self, context_id: int, origin: int | None = None) -> None:
+        """Drop a context here and on every worker it reached (except ``origin``)."""
+        with self._lock:
+            ctx = self.contexts.pop(context_id, None)
+        if ctx is None:
+            return
+        ctx.released = True
+        for rank in ctx.known:
+            if rank != origin and rank != self.state.me.id:
+                self.state.post(rank, "ctx_release", (self.state.me.id, context_id))
+        with ctx.lock:
+            ctx.sends.clear()
+            ctx.recvs.clear()
+            ctx.recv_index.clear()
+
+    def _peer_gone(self, rank: int, reason: str, died: bool) -> None:
+        if not died:
+            return
+        with self._lock:
+            orphans = [cid for cid in self.contexts if cid >> 48 == rank]
+        for context_id in orphans:
+            self.release(context_id, origin=rank)
+
+    # -- recording ------------------------------------------------------------------------
+
+    def record_send(self, ctx: Context, dest: int, tensors: list[torch.Tensor]) -> MsgKey | None:
+        """Remember tensors sent to ``dest``; returns the message key (None: nothing)."""
+        ctx.known.add(dest)
+        if not tensors:
+            return None
+        key = self.state.new_id()
+        with ctx.lock:
+            ctx.sends[key] = tensors
+        return key
+
+    def record_recv(
+        self, ctx: Context, key: MsgKey, src: int, tensors: dict[int, torch.Tensor]
+    ) -> None:
+        """Remember the leaves rebuilt from message ``key`` of ``src``."""
+        with ctx.lock:
+            ctx.recvs[key] = (src, tensors)
+            for index, tensor in tensors.items():
+                ctx.recv_index[id(tensor)] = (key, index, src)
+
+    # -- backward -------------------------------------------------------------------------
+
+    def backward(self, context_id: int, roots: Sequence[torch.Tensor]) -> None:
+        """Run the distributed backward pass from ``roots``; returns when it is done."""
+        ctx = self.get(context_id)
+        for root in roots:
+            if not isinstance(root, torch.Tensor):
+                raise TypeError(f"backward roots must be tensors, not {type(root).__name__}")
+            if not root.requires_grad:
+                raise RuntimeError("a backward root does not require grad and has no grad_fn")
+            if root.numel() != 1:
+                raise RuntimeError(
+                    f"backward roots must be scalars, but one has shape {tuple(root.shape)}"
+                )
+        pending = self.run_pass(ctx, list(roots), [torch.ones_like(r) for r in roots])
+        for future in pending:
+            future.result()
+
+    def run_pass(
+        self, ctx: Context, outputs: list[torch.Tensor], grad_outputs: list[torch.Tensor]
+    ) -> list[ConcurrentFuture[None]]:
+        """One local pass; returns the gradient messages it sent to other workers."""
+        leaves = _leaves(outputs)
+        if not leaves:
+            return []
+        grads = torch.autograd.grad(
+            outputs, leaves, grad_outputs, retain_graph=True, allow_unused=True
+        )
+        outgoing: dict[MsgKey, tuple[int, dict[int, torch.Tensor]]] = {}
+        with ctx.lock:
+            for leaf, grad in zip(leaves, grads):
+                if grad is None:
+                    continue
+                where = ctx.recv_index.get(id(leaf))
+                if where is not None:
+                    key, index, src = where
+                    outgoing.setdefault(key, (src, {}))[1][index] = grad
+                    continue
+                known = ctx.grads.get(leaf)
+                ctx.grads[leaf] = grad if known is None else known + grad
+        return [self._send_grads(ctx, src, key, g) for key, (src, g) in outgoing.items()]
+
+    def _send_grads(
+        self, ctx: Context, dest: int, key: MsgKey, grads: dict[int, torch.Tensor]
+    ) -> ConcurrentFuture[None]:
+        state = self.state
+        future: ConcurrentFuture[None] = ConcurrentFuture()
+        payload, buffers = encode(grads, EncodeSession(state, dest))
+
+        def done(ok: bool, value: Any) -> None:
+            if ok:
+                future.set_result(None)
+            else:
+                future.set_exception(value)
+
+        state.request(
+            dest,
+            "grads",
+            (state.me.id, ctx.id, key, PickleBuffer(payload), *buffers),
+            done,
+            what=f"distributed backward of context {ctx.id} on {state.workers[dest]}",
+            timeout=state.rpc_timeout or None,
+        )
+        return future
+
+
+def _leaves(outputs: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    """The leaf tensors requiring grad that ``outputs`` depend on, each once."""
+    leaves: list[torch.Tensor] = []
+    seen_leaves: set[int] = set()
+    seen: set[Any] = set()
+    stack: list[Any] = []
+    for tensor in outputs:
+        if tensor.grad_fn is None:
+            if tensor.requires_grad and id(tensor) not in seen_leaves:
+                seen_leaves.add(id(tensor))
+                leaves.append(tensor)
+        else:
+            stack.append(tensor.grad_fn)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)
+        if variable is not None and id(variable) not in seen_leaves:
+            seen_leaves.add(id(variable))
+            leaves.append(variable)
+        for child, _ in node.next_functions:
+            if child is not None and child not in seen:
+                stack.append(child)
+    return leaves
+
+
+def engine(state: RpcState) -> Engine:
+    """The autograd engine of ``state``."""
+    found: Engine = state.tables["autograd"]
+    return found
+
+
+# -- agent endpoints ------------------------------------------------------------------------
+
+
+@endpoint("grads")
+def _handle_grads(
+    state: RpcState, src: int, context_id: int, key: MsgKey, payload: Any, *buffers: Any
+) -> Any:
+    reply = state.loop.create_future()
+    eng = engine(state)
+
+    def job() -> None:
+        try:
+            ctx = eng.get(context_id)
+            grads: dict[int, torch.Tensor] = decode(payload, buffers, DecodeSession(state, src))
+            with ctx.lock:
+                sent = ctx.sends.get(key)
+            if sent is None:
+                raise RuntimeError(
+                    f"worker {state.me.name!r} has no record of message {key} in autograd "
+                    f"context {context_id}"
+                )
+            outputs = [sent[i] for i in sorted(grads)]
+            pending = eng.run_pass(ctx, outputs, [grads[i] for i in sorted(grads)])
+        except BaseException as error:
+            state.resolve(reply, error=error)
+            return
+        _when_all(state, reply, pending)
+
+    state.pool.submit(job)
+    return reply
+
+
+def _when_all(state: RpcState, reply: Any, pending: list[ConcurrentFuture[None]]) -> None:
+    if not pending:
+        state.resolve(reply, None)
+        return
+    left = [len(pending)]
+    lock = threading.Lock()
+
+    def one_done(future: ConcurrentFuture[None]) -> None:
+        error = future.exception()
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if error is not None:
+            state.resolve(reply, error=error)
+        elif last:
+            state.resolve(reply, None)
+
+    for future in pending:
+        future.add_done_callback(one_done)
+
+
+@endpoint("ctx_release")
+def _handle_release(state: RpcState, src: int, context_id: int) -> None:
+    engine(state).release(context_id, origin=src)

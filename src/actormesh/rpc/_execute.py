@@ -1,0 +1,180 @@
+"""Running user functions on the callee: ``run`` (rpc_sync/rpc_async) and ``remote``.
+
+Both decode the call on an RPC pool thread (so unpickling a large argument never stalls
+the event loop), run the function inside the caller's autograd context, and report the
+outcome. A function marked ``async_execution`` (or an ``RRef`` proxy call of such a
+method) returns a future; the outcome is reported from that future's callback, with no
+thread waiting for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._agent import endpoint
+from ._dist_autograd import Context, engine, running_in
+from ._replies import encode_reply, failure_reply
+from ._rref_table import OwnerEntry, owners
+from ._wire import DecodeSession, decode
+
+if TYPE_CHECKING:
+    from ._state import RpcState
+
+__all__ = [
+    "ASYNC_MARK",
+    "Deferred",
+    "function_name",
+    "is_async_execution",
+    "run_function",
+]
+
+# torch marks async_execution functions with this attribute; using the same one means a
+# function decorated by either library is recognised by both.
+ASYNC_MARK = "_wrapped_async_rpc_function"
+
+# finish(ok, value or exception, context, function name)
+Finish = Callable[[bool, Any, "Context | None", str], None]
+
+
+def is_async_execution(fn: object) -> bool:
+    """True if ``fn`` was decorated with ``async_execution`` (actormesh's or torch's)."""
+    return getattr(fn, ASYNC_MARK, None) is not None
+
+
+class Deferred:
+    """A future whose value is the reply (async methods called through RRef proxies)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: Any) -> None:
+        self.future = future
+
+
+def function_name(fn: object) -> str:
+    """A readable name of a callable, for messages."""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    return str(name) if name else repr(fn)
+
+
+def run_function(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    ctx: Context | None,
+    finish: Finish,
+) -> None:
+    """Call ``fn`` in ``ctx`` and report its outcome once known (maybe later)."""
+    name = function_name(fn)
+    try:
+        with running_in(ctx):
+            result = fn(*args, **kwargs)
+    except BaseException as error:
+        finish(False, error, ctx, name)
+        return
+    if isinstance(result, Deferred):
+        future = result.future
+    elif is_async_execution(fn):
+        future = result
+    else:
+        finish(True, result, ctx, name)
+        return
+    if not callable(getattr(future, "add_done_callback", None)):
+        wrong = TypeError(
+            f"{name} is decorated with async_execution but returned "
+            f"{type(future).__name__}, not a torch.futures.Future"
+        )
+        finish(False, wrong, ctx, name)
+        return
+
+    def completed(done: Any) -> None:
+        try:
+            value = done.wait() if hasattr(done, "wait") else done.result()
+        except BaseException as error:
+            finish(False, error, ctx, name)
+        else:
+            finish(True, value, ctx, name)
+
+    future.add_done_callback(completed)
+
+
+def _execute(
+    state: RpcState,
+    src: int,
+    context_id: int,
+    key: Any,
+    payload: Any,
+    buffers: tuple[Any, ...],
+    finish: Finish,
+) -> None:
+    """Decode a call from ``src`` (on a pool thread) and run it."""
+    ctx = None
+    try:
+        eng = engine(state)
+        ctx = eng.incoming(context_id, src)
+        session = DecodeSession(state, src, ctx if key is not None else None)
+        fn, args, kwargs = decode(payload, buffers, session)
+        if key is not None and ctx is not None:
+            eng.record_recv(ctx, key, src, session.recv_tensors)
+    except BaseException as error:
+        finish(False, error, ctx, "(unpickling the call)")
+        return
+    run_function(fn, args, kwargs, ctx, finish)
+
+
+@endpoint("run")
+def _handle_run(
+    state: RpcState, src: int, context_id: int, key: Any, payload: Any, *buffers: Any
+) -> Any:
+    reply = state.loop.create_future()
+
+    def finish(ok: bool, value: Any, ctx: Context | None, name: str) -> None:
+        try:
+            out = encode_reply(state, value, src, ctx) if ok else failure_reply(state, value, name)
+        except BaseException as error:
+            out = failure_reply(state, error, name)
+        state.resolve(reply, out)
+
+    state.pool.submit(_execute, state, src, context_id, key, payload, buffers, finish)
+    return reply
+
+
+@endpoint("remote")
+def _handle_remote(
+    state: RpcState,
+    src: int,
+    context_id: int,
+    key: Any,
+    rref_id: tuple[int, int],
+    fork_id: tuple[int, int],
+    payload: Any,
+    *buffers: Any,
+) -> Any:
+    table = owners(state)
+    entry = table.get_or_create(rref_id)
+    table.add_fork(entry, fork_id, src)
+    entry.created = True
+    reply = state.loop.create_future()
+
+    def finish(ok: bool, value: Any, ctx: Context | None, name: str) -> None:
+        if ok:
+            entry.set_value(value)
+            state.resolve(reply, (True,))
+        else:
+            entry.set_error(value)
+            state.resolve(reply, failure_reply(state, value, name))
+
+    state.pool.submit(_execute, state, src, context_id, key, payload, buffers, finish)
+    return reply
+
+
+def store_outcome(entry: OwnerEntry) -> Finish:
+    """A ``finish`` that stores the outcome in ``entry`` (``remote`` to this worker)."""
+
+    def finish(ok: bool, value: Any, ctx: Context | None, name: str) -> None:
+        if ok:
+            entry.set_value(value)
+        else:
+            entry.set_error(value)
+
+    return finish

@@ -1,0 +1,277 @@
+"""The rendezvous of ``init_rpc``: rank 0 collects every worker's address, then shares them.
+
+Rank 0 listens on ``MASTER_ADDR:MASTER_PORT`` (or the ``tcp://`` init method); every other
+rank connects (retrying until rank 0 is up or the time runs out) and sends one record:
+its name, rank, world size, host, process id, the Unix socket of its actormesh runtime
+and the id of its RPC agent. Once all ``world_size`` records are in and consistent, rank
+0 sends everyone the directory; on a conflict (a name or rank taken twice, world sizes
+that differ) everyone gets the same error. Messages are length-prefixed JSON: nothing
+from the network is unpickled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import struct
+import time
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ._errors import RpcTimeoutError
+
+__all__ = ["Member", "RendezvousError", "parse_init_method", "rendezvous"]
+
+_LENGTH = struct.Struct("!I")
+_MAX_MESSAGE = 1 << 24
+_RETRY_S = 0.05
+
+
+class RendezvousError(RuntimeError):
+    """The workers could not agree on the group (conflicting names, ranks or sizes)."""
+
+
+RendezvousError.__module__ = "actormesh.rpc"
+
+
+@dataclass(frozen=True)
+class Member:
+    """One worker's entry in the directory."""
+
+    name: str
+    rank: int
+    world_size: int
+    host: str
+    pid: int
+    path: str
+    agent: str
+
+
+def parse_init_method(
+    init_method: str, environ: Mapping[str, str] | None = None
+) -> tuple[str, int]:
+    """``(host, port)`` of the rendezvous named by ``init_method``.
+
+    Raises:
+        ValueError: an unsupported scheme, or ``env://`` without ``MASTER_ADDR`` /
+            ``MASTER_PORT``.
+    """
+    env = os.environ if environ is None else environ
+    url = urllib.parse.urlparse(init_method)
+    if url.scheme == "env":
+        missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not env.get(k)]
+        if missing:
+            raise ValueError(
+                f"init_method {init_method!r} reads the rendezvous address from the "
+                f"environment, but {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                "not set"
+            )
+        host, port_text = env["MASTER_ADDR"], env["MASTER_PORT"]
+    elif url.scheme == "tcp":
+        if not url.hostname or url.port is None:
+            raise ValueError(f"init_method {init_method!r} must look like tcp://host:port")
+        host, port_text = url.hostname, str(url.port)
+    else:
+        raise ValueError(
+            f"unsupported init_method {init_method!r}: use 'env://' or 'tcp://host:port'"
+        )
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"the rendezvous port {port_text!r} is not a number") from None
+    return host, port
+
+
+def rendezvous(me: Member, address: tuple[str, int], timeout: float | None) -> list[Member]:
+    """Meet the other ``me.world_size - 1`` workers; returns every member, by rank.
+
+    Raises:
+        RendezvousError: the group is inconsistent (the message says how).
+        RpcTimeoutError: not everyone arrived within ``timeout`` seconds.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    if me.world_size == 1:
+        return [me]
+    if me.rank == 0:
+        return _serve(me, address, deadline, timeout)
+    return _join(me, address, deadline, timeout)
+
+
+# -- rank 0 -------------------------------------------------------------------------------
+
+
+def _serve(
+    me: Member, address: tuple[str, int], deadline: float | None, timeout: float | None
+) -> list[Member]:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            server.bind(address)
+        except OSError as error:
+            raise RendezvousError(
+                f"rank 0 cannot listen for the rendezvous on {address[0]}:{address[1]} "
+                f"({error.strerror or error}); is another rank 0 running, or the port taken?"
+            ) from None
+        server.listen(max(me.world_size, 16))
+        members: dict[int, Member] = {0: me}
+        peers: list[socket.socket] = []
+        try:
+            problem = ""
+            while len(members) < me.world_size:
+                sock = _accept(server, deadline)
+                if sock is None:
+                    missing = sorted(set(range(me.world_size)) - set(members))
+                    raise RpcTimeoutError(
+                        f"init_rpc: rank(s) {missing} did not join the rendezvous at "
+                        f"{address[0]}:{address[1]} within {timeout:g} s"
+                    )
+                try:
+                    member = Member(**_recv(sock, deadline))
+                except (OSError, ValueError, TypeError, KeyError):
+                    sock.close()  # not one of ours (a port scan, a stale client)
+                    continue
+                peers.append(sock)
+                problem = _conflict(members, member, me.world_size)
+                if problem:
+                    break
+                members[member.rank] = member
+            if problem:
+                for sock in peers:
+                    _send_quietly(sock, {"error": problem})
+                raise RendezvousError(problem)
+            directory = [asdict(members[rank]) for rank in range(me.world_size)]
+            for sock in peers:
+                _send_quietly(sock, {"members": directory})
+            # Wait for each peer to close its end, so none misses the directory when this
+            # process exits early.
+            for sock in peers:
+                with contextlib.suppress(OSError, ValueError):
+                    _recv(sock, deadline)
+        finally:
+            for sock in peers:
+                sock.close()
+    finally:
+        server.close()
+    return [members[rank] for rank in range(me.world_size)]
+
+
+def _conflict(members: dict[int, Member], new: Member, world_size: int) -> str:
+    if new.world_size != world_size:
+        return (
+            f"worker {new.name!r} (rank {new.rank}) was started with world_size="
+            f"{new.world_size}, but rank 0 has world_size={world_size}"
+        )
+    if not 0 <= new.rank < world_size:
+        return f"worker {new.name!r} has rank {new.rank}, outside 0..{world_size - 1}"
+    if new.rank in members:
+        return (
+            f"rank {new.rank} is used twice: by {members[new.rank].name!r} "
+            f"(pid {members[new.rank].pid}) and by {new.name!r} (pid {new.pid})"
+        )
+    for other in members.values():
+        if other.name == new.name:
+            return (
+                f"worker name {new.name!r} is used twice: by rank {other.rank} "
+                f"(pid {other.pid}) and by rank {new.rank} (pid {new.pid})"
+            )
+    return ""
+
+
+def _accept(server: socket.socket, deadline: float | None) -> socket.socket | None:
+    server.settimeout(_left(deadline))
+    try:
+        sock, _ = server.accept()
+    except TimeoutError:
+        return None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+# -- other ranks --------------------------------------------------------------------------
+
+
+def _join(
+    me: Member, address: tuple[str, int], deadline: float | None, timeout: float | None
+) -> list[Member]:
+    sock = _connect(address, deadline)
+    if sock is None:
+        raise RpcTimeoutError(
+            f"init_rpc: rank {me.rank} could not reach the rendezvous of rank 0 at "
+            f"{address[0]}:{address[1]} within {timeout:g} s; is rank 0 running?"
+        )
+    with sock:
+        try:
+            _send(sock, asdict(me))
+            reply = _recv(sock, deadline)
+        except TimeoutError:
+            raise RpcTimeoutError(
+                f"init_rpc: rank {me.rank} joined the rendezvous at {address[0]}:{address[1]}"
+                f" but the group was not complete within {timeout:g} s"
+            ) from None
+        except (OSError, ValueError) as error:
+            raise RendezvousError(
+                f"init_rpc: the rendezvous at {address[0]}:{address[1]} failed: {error}"
+            ) from None
+    if "error" in reply:
+        raise RendezvousError(f"init_rpc: {reply['error']}")
+    records: list[dict[str, Any]] = reply["members"]
+    return [Member(**record) for record in records]
+
+
+def _connect(address: tuple[str, int], deadline: float | None) -> socket.socket | None:
+    while True:
+        try:
+            sock = socket.create_connection(address, timeout=_left(deadline) or None)
+        except OSError:
+            if deadline is not None and time.monotonic() + _RETRY_S >= deadline:
+                return None
+            time.sleep(_RETRY_S)  # rank 0 is not listening yet: retry until the deadline
+            continue
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+
+# -- framing ------------------------------------------------------------------------------
+
+
+def _left(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    return max(deadline - time.monotonic(), 0.001)
+
+
+def _send(sock: socket.socket, message: dict[str, object]) -> None:
+    data = json.dumps(message).encode()
+    sock.sendall(_LENGTH.pack(len(data)) + data)
+
+
+def _send_quietly(sock: socket.socket, message: dict[str, object]) -> None:
+    with contextlib.suppress(OSError):
+        _send(sock, message)
+
+
+def _recv(sock: socket.socket, deadline: float | None) -> dict[str, Any]:
+    sock.settimeout(_left(deadline))
+    (length,) = _LENGTH.unpack(_recv_exactly(sock, _LENGTH.size))
+    if length > _MAX_MESSAGE:
+        raise ValueError(f"rendezvous message of {length} bytes is too large")
+    message = json.loads(_recv_exactly(sock, length))
+    if not isinstance(message, dict):
+        raise ValueError("malformed rendezvous message")
+    return message
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = sock.recv(left)
+        if not chunk:
+            raise ConnectionError("the peer closed the rendezvous connection")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

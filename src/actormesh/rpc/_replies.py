@@ -1,0 +1,53 @@
+"""The reply to a user-level RPC (``run``, RRef fetches): its encoding on both sides.
+
+A reply is a tuple that travels as the agent endpoint's value::
+
+    (True, msg_key, payload, *buffers)   the value, pickled for the caller; ``msg_key``
+                                         names the autograd record of its tensors (or None)
+    (False, error_payload)               the function raised (actormesh's error format)
+
+The payload and buffers ride as out-of-band buffers of the outer pickle, so a large
+tensor is never copied into it.
+"""
+
+from __future__ import annotations
+
+from pickle import PickleBuffer
+from typing import TYPE_CHECKING, Any
+
+from .._core._envelope import error_from_payload, error_payload
+from ._dist_autograd import Context, engine
+from ._wire import DecodeSession, EncodeSession, decode, encode
+
+if TYPE_CHECKING:
+    from ._state import RpcState
+
+__all__ = ["decode_reply", "encode_reply", "failure_reply"]
+
+
+def encode_reply(state: RpcState, value: Any, dest: int, ctx: Context | None) -> tuple[Any, ...]:
+    """The reply carrying ``value`` to ``dest``, recorded in ``ctx`` when it has grads."""
+    session = EncodeSession(state, dest, ctx)
+    payload, buffers = encode(value, session)
+    key = None
+    if ctx is not None:
+        key = engine(state).record_send(ctx, dest, session.grad_tensors)
+    return (True, key, PickleBuffer(payload), *buffers)
+
+
+def failure_reply(state: RpcState, error: BaseException, what: str) -> tuple[Any, ...]:
+    """The reply saying that ``what`` (a function's name) raised ``error``."""
+    payload = error_payload(error, mesh=state.me.name, point={"rank": state.me.id}, endpoint=what)
+    return (False, payload)
+
+
+def decode_reply(state: RpcState, reply: tuple[Any, ...], src: int, ctx: Context | None) -> Any:
+    """The value of a reply from ``src``, or raise the remote error it carries."""
+    if not reply[0]:
+        raise error_from_payload(reply[1])
+    _, key, payload, *buffers = reply
+    session = DecodeSession(state, src, ctx if key is not None else None)
+    value = decode(payload, buffers, session)
+    if key is not None and ctx is not None:
+        engine(state).record_recv(ctx, key, src, session.recv_tensors)
+    return value

@@ -1,0 +1,354 @@
+"""``RRef``: a reference to a value that lives on one worker (its owner).
+
+A user RRef (on any other worker) is one fork of the owner's value; the owner keeps the
+value while any fork exists (see ``_rref_table``). RRefs travel only inside RPCs, where
+pickling one creates a fork for the receiver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from concurrent.futures import Future as ConcurrentFuture
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ._dist_autograd import current_context
+from ._execute import Deferred, is_async_execution
+from ._options import UNSET_RPC_TIMEOUT, resolve_timeout
+from ._replies import decode_reply
+from ._rref_table import OwnerEntry, forks, owners
+from ._state import current, current_or_none
+from ._wire import EncodeSession, current_decode, register_reducer
+
+if TYPE_CHECKING:
+    from ._state import RpcState
+    from ._worker_info import WorkerInfo
+
+__all__ = ["RRef"]
+
+T = TypeVar("T")
+Id = tuple[int, int]
+
+
+class RRef(Generic[T]):
+    """A reference to a value on a (possibly) remote worker.
+
+    ``RRef(value)`` makes a local RRef owned by this worker; ``remote()`` makes one owned
+    by the worker that runs the function. Pass RRefs as RPC arguments or return values:
+    the receiver gets a reference to the same value.
+
+    Args:
+        value: the value to reference (owned here).
+        type_hint: accepted for compatibility with torch; unused.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_confirmed",
+        "_creation",
+        "_entry",
+        "_fork",
+        "_id",
+        "_owner",
+        "_state",
+    )
+
+    def __init__(self, value: T, type_hint: Any = None) -> None:
+        state = current()
+        entry = OwnerEntry(state.new_id())
+        entry.created = True
+        entry.set_value(value)
+        self._init(state, entry.rref_id, state.me, None, entry, confirmed=True)
+
+    def _init(
+        self,
+        state: RpcState,
+        rref_id: Id,
+        owner: WorkerInfo,
+        fork: Id | None,
+        entry: OwnerEntry | None,
+        *,
+        confirmed: bool,
+    ) -> None:
+        self._state = state
+        self._id = rref_id
+        self._owner = owner
+        self._fork = fork
+        self._entry = entry
+        self._confirmed = confirmed
+        # For a user RRef made by remote(): the creation call's outcome, once known.
+        self._creation: ConcurrentFuture[None] | None = None
+
+    @classmethod
+    def _make(
+        cls,
+        state: RpcState,
+        rref_id: Id,
+        owner: WorkerInfo,
+        fork: Id | None,
+        entry: OwnerEntry | None,
+        *,
+        confirmed: bool,
+    ) -> RRef[Any]:
+        rref: RRef[Any] = cls.__new__(cls)
+        rref._init(state, rref_id, owner, fork, entry, confirmed=confirmed)
+        return rref
+
+    # -- identity -------------------------------------------------------------------------
+
+    def is_owner(self) -> bool:
+        """True on the worker that owns the value."""
+        return self._entry is not None
+
+    def owner(self) -> WorkerInfo:
+        """The ``WorkerInfo`` of the owner."""
+        return self._owner
+
+    def owner_name(self) -> str:
+        """The name of the owner."""
+        return self._owner.name
+
+    def confirmed_by_owner(self) -> bool:
+        """True once the owner knows of this reference (always True on the owner)."""
+        return self._entry is not None or self._confirmed
+
+    # -- values ---------------------------------------------------------------------------
+
+    def local_value(self) -> T:
+        """The value itself; only on the owner.
+
+        Raises:
+            RuntimeError: called on a user (not the owner).
+        """
+        if self._entry is None:
+            raise RuntimeError(
+                f"can't call local_value() on a user RRef ({self!r}) on worker "
+                f"{self._state.me}; call it on the owner {self._owner}"
+            )
+        self._check_not_loop("local_value")
+        value: T = self._entry.wait(None)
+        return value
+
+    def to_here(self, timeout: float = UNSET_RPC_TIMEOUT) -> T:
+        """A copy of the value fetched from the owner (the value itself on the owner).
+
+        Args:
+            timeout: seconds to wait (default: the RPC timeout; 0: no limit).
+
+        Raises:
+            RpcTimeoutError: the value did not arrive in time.
+            WorkerDiedError: the owner died.
+            Exception: what the function that created the value raised.
+        """
+        state = self._state
+        seconds = resolve_timeout(timeout, state.rpc_timeout)
+        self._check_not_loop("to_here")
+        if self._entry is not None:
+            value: T = self._entry.wait(seconds)
+            return value
+        creation = self._creation
+        if creation is not None and creation.done() and creation.exception() is not None:
+            raise creation.exception()  # type: ignore[misc]
+        fetched: T = self._fetch(seconds).result()
+        return fetched
+
+    def _wait_created(self, timeout: float | None = None) -> None:
+        """Wait until the owner has created the value (or raise why it could not)."""
+        self._check_not_loop("_wait_created")
+        if self._entry is not None:
+            self._entry.wait(timeout)
+        elif self._creation is not None:
+            self._creation.result(timeout)
+
+    def _fetch(self, seconds: float | None) -> ConcurrentFuture[Any]:
+        state = self._state
+        ctx = current_context()
+        if ctx is not None:
+            ctx.known.add(self._owner.id)
+        future: ConcurrentFuture[Any] = ConcurrentFuture()
+        owner = self._owner.id
+
+        def done(ok: bool, reply: Any) -> None:
+            if not ok:
+                future.set_exception(reply)
+                return
+            try:
+                value = decode_reply(state, reply, owner, ctx)
+            except BaseException as error:
+                future.set_exception(error)
+            else:
+                future.set_result(value)
+
+        state.request(
+            owner,
+            "rref_get",
+            (state.me.id, ctx.id if ctx is not None else 0, self._id),
+            done,
+            what=f"RRef.to_here() from {self._owner}",
+            timeout=seconds,
+        )
+        return future
+
+    def _check_not_loop(self, what: str) -> None:
+        if self._state.runtime.in_loop_thread():
+            raise RuntimeError(
+                f"RRef.{what}() would block actormesh's event-loop thread (in a Future "
+                "callback, say), where it would deadlock; wait for it outside the callback"
+            )
+
+    # -- proxies --------------------------------------------------------------------------
+
+    def rpc_sync(self, timeout: float = UNSET_RPC_TIMEOUT) -> Any:
+        """A proxy: ``rref.rpc_sync().method(*args)`` runs ``value.method`` on the owner."""
+        return _Proxy(self, "rpc_sync", timeout)
+
+    def rpc_async(self, timeout: float = UNSET_RPC_TIMEOUT) -> Any:
+        """A proxy whose method calls return a ``torch.futures.Future``."""
+        return _Proxy(self, "rpc_async", timeout)
+
+    def remote(self, timeout: float = UNSET_RPC_TIMEOUT) -> Any:
+        """A proxy whose method calls return an ``RRef`` to the result, on the owner."""
+        return _Proxy(self, "remote", timeout)
+
+    # -- lifetime -------------------------------------------------------------------------
+
+    def _created(self, ok: bool, value: Any) -> None:
+        """The outcome of the ``remote()`` call that made this RRef (loop thread)."""
+        creation = self._creation
+        if ok:
+            self._confirmed = True
+            if not value[0]:
+                from .._core._envelope import error_from_payload
+
+                ok, value = False, error_from_payload(value[1])
+        if creation is not None:
+            if ok:
+                creation.set_result(None)
+            else:
+                creation.set_exception(value)
+
+    def __del__(self) -> None:
+        fork = getattr(self, "_fork", None)
+        if fork is None or getattr(self, "_entry", None) is not None:
+            return
+        state = self._state
+        if state is current_or_none() and not state.closed:
+            with contextlib.suppress(Exception):  # interpreter shutdown: nobody to tell
+                forks(state).drop(fork)
+
+    def __reduce__(self) -> Any:
+        raise RuntimeError(
+            "an RRef can only be pickled inside an RPC (as an argument or a return value)"
+        )
+
+    def __repr__(self) -> str:
+        if self._entry is not None:
+            return f"OwnerRRef(rref_id={self._id}, owner={self._owner})"
+        return f"UserRRef(rref_id={self._id}, fork_id={self._fork}, owner={self._owner})"
+
+
+RRef.__module__ = "actormesh.rpc"
+
+
+class _Proxy:
+    """``rref.rpc_sync()`` and friends: attribute access builds the remote method call."""
+
+    __slots__ = ("_mode", "_rref", "_timeout")
+
+    def __init__(self, rref: RRef[Any], mode: str, timeout: float) -> None:
+        self._rref = rref
+        self._mode = mode
+        self._timeout = timeout
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        from . import _api
+
+        api = getattr(_api, self._mode)
+        rref, timeout = self._rref, self._timeout
+
+        @functools.wraps(_invoke_on_rref)
+        def method(*args: Any, **kwargs: Any) -> Any:
+            return api(
+                rref.owner(), _invoke_on_rref, args=(rref, name, args, kwargs), timeout=timeout
+            )
+
+        return method
+
+
+def _invoke_on_rref(rref: RRef[Any], name: str, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """Run ``rref.local_value().<name>(*args, **kwargs)`` on the owner."""
+    method = getattr(rref.local_value(), name)
+    result = method(*args, **kwargs)
+    if is_async_execution(method):
+        return Deferred(result)
+    return result
+
+
+# -- pickling inside RPCs -----------------------------------------------------------------
+
+
+def _reduce(rref: RRef[Any], session: EncodeSession) -> Any:
+    state: RpcState = session.state
+    dest = session.dest
+    if rref._entry is not None:
+        if dest == state.me.id:
+            return _rebuild, (rref._id, rref._owner.id, None)
+        child = state.new_id()
+        table = owners(state)
+        table.add_fork(rref._entry, child, dest)
+        session.rollbacks.append(functools.partial(table.remove_fork, rref._id, child))
+        return _rebuild, (rref._id, rref._owner.id, child)
+    assert rref._fork is not None
+    child = state.new_id()
+    users = forks(state)
+    users.add_child(rref._fork, child, dest)
+    session.rollbacks.append(functools.partial(users.remove_child, child))
+    return _rebuild, (rref._id, rref._owner.id, child)
+
+
+def _rebuild(rref_id: Id, owner: int, fork: Id | None) -> RRef[Any]:
+    session = current_decode()
+    if session is None:
+        raise RuntimeError("an RRef can only be unpickled inside an RPC")
+    state: RpcState = session.state
+    src = session.src
+    if owner == state.me.id:
+        entry = owners(state).entries.get(rref_id)
+        if entry is None:
+            raise RuntimeError(f"RRef {rref_id} came back to its owner after it was deleted")
+        if fork is not None and src != owner:
+            state.post(src, "rref_accept", (state.me.id, fork))
+        return RRef._make(state, rref_id, state.me, None, entry, confirmed=True)
+    assert fork is not None
+    rref = RRef._make(state, rref_id, state.workers[owner], fork, None, confirmed=src == owner)
+    forks(state).register(fork, rref_id, owner)
+    if src != owner:
+        _confirm(state, rref, src)
+    return rref
+
+
+def _confirm(state: RpcState, rref: RRef[Any], parent: int) -> None:
+    """Register ``rref``'s fork with the owner, then let the parent release its hold."""
+    import weakref
+
+    ref = weakref.ref(rref)
+    fork = rref._fork
+
+    def done(ok: bool, value: Any) -> None:
+        alive = ref()
+        if ok and alive is not None:
+            alive._confirmed = True
+        state.post(parent, "rref_accept", (state.me.id, fork))
+
+    state.request(
+        rref._owner.id,
+        "rref_fork",
+        (state.me.id, rref._id, fork),
+        done,
+        what=f"registering an RRef fork with {rref._owner}",
+        timeout=None,
+    )
+
+
+register_reducer(RRef, _reduce)
