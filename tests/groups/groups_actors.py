@@ -17,9 +17,10 @@ from actormesh import Actor, current_rank, endpoint, split_along
 class Probe(Actor):
     """Reports what its process looks like: rank, environment, CPU affinity."""
 
-    def __init__(self, tag: str = "", *, extra: int = 0) -> None:
+    def __init__(self, tag: str = "", *, extra: int = 0, name: str = "") -> None:
         self.tag = tag
         self.extra = extra
+        self.name = name
 
     @endpoint
     def describe(self) -> dict[str, Any]:
@@ -29,6 +30,7 @@ class Probe(Actor):
             "pid": os.getpid(),
             "tag": self.tag,
             "extra": self.extra,
+            "name": self.name,
             "cpus": sorted(os.sched_getaffinity(0)),
             "env": {k: v for k, v in os.environ.items() if k.startswith(("GROUP_", "OMP_"))},
             "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),

@@ -53,6 +53,12 @@ def test_ray_style_constructor_returns_a_ready_mesh_that_owns_its_processes() ->
         mesh.describe.all()
 
 
+def test_constructor_arguments_named_like_spawn_parameters_reach_the_actor() -> None:
+    with ActorMesh(Probe, ("t",), {"name": "n", "extra": 2}, shape=1, name="probe") as mesh:
+        found = mesh.describe.call_one().get(timeout=30)
+    assert (found["tag"], found["name"], found["extra"]) == ("t", "n", 2)
+
+
 def test_int_shape_and_all_is_call() -> None:
     with ActorMesh(Probe, shape=3) as mesh:
         assert mesh.shape.extent == {"dim0": 3}
