@@ -391,16 +391,24 @@ def state_dict_fingerprint(sd: dict[str, Any]) -> list[tuple[str, int, int]]:
 
 
 async def timed_syncs(
-    sync_once: Callable[[], Awaitable[object]], nbytes: int, quick: bool
+    prepare: Callable[[int], Awaitable[Any]],
+    sync_once: Callable[[Any], Awaitable[object]],
+    nbytes: int,
+    quick: bool,
 ) -> Metrics:
-    """Median MB/s of ``sync_once()`` (which moves and verifies ``nbytes``)."""
-    if not quick:
-        await sync_once()  # warm-up: connections, first-touch page faults
+    """Median MB/s of weight syncs of ``nbytes``.
+
+    ``prepare(n)`` makes the trainer's state_dict of ``n`` bytes and returns what the
+    generators must then hold (their fingerprints); ``sync_once(expected)`` moves it and
+    checks every generator. A 1 MB sync first warms up connections and imports.
+    """
+    await sync_once(await prepare(10**6))
+    expected = await prepare(nbytes)
     reps = 1 if quick or nbytes > 256 * MIB else 3
     samples = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        await sync_once()
+        await sync_once(expected)
         samples.append(time.perf_counter() - t0)
     median = statistics.median(samples)
     return {"mbps": mbps(nbytes, median), "median_s": median, "reps": reps, "verified": True}

@@ -60,6 +60,9 @@ def _extras() -> dict[str, Any]:
         self._sd = await trainer.get_weights.call_one()
         return state_dict_fingerprint(self._sd)
 
+    async def weights_fingerprint(self: Any) -> list[tuple[str, int, int]]:
+        return state_dict_fingerprint(self._sd)
+
     async def drop_weights(self: Any) -> None:
         self._sd = {}
 
@@ -69,7 +72,8 @@ def _extras() -> dict[str, Any]:
         "_slow": 1,
         "_sd": {},
     }
-    for fn in (set_slow, make_weights, get_weights, pull_weights, drop_weights):
+    fns = (set_slow, make_weights, get_weights, pull_weights, weights_fingerprint, drop_weights)
+    for fn in fns:
         namespace[fn.__name__] = endpoint(fn)
     for policy in CHOOSE_POLICIES:
         namespace[f"work_{policy}"] = work_with(policy)
@@ -147,24 +151,61 @@ def _completed(actors: Any) -> dict[int, int]:
     return {rank: int(row.get("completed", 0)) for rank, row in actors.stats().items()}
 
 
+def get_state(actor: Any) -> dict[str, Any]:
+    """``sync_weights``'s ``get_state`` in the trainer: the synthetic state_dict."""
+    return actor._sd  # type: ignore[no-any-return]
+
+
+def set_state(actor: Any, state: dict[str, Any], version: int) -> None:
+    """``sync_weights``'s ``set_state`` in a generator: keep what arrived."""
+    actor._sd = state
+
+
 def _weight_sync(nbytes: int) -> WorkloadFn:
     async def run(ctx: Context) -> Metrics:
+        try:
+            sync_weights = importlib.import_module("actormesh.torch").sync_weights
+        except (ImportError, AttributeError) as e:
+            raise NotAvailable(f"actormesh.torch.sync_weights is missing ({e})") from None
         mesh = await ctx.mesh()
-        trainer, generators = 0, (1, 2)
-        expected = await mesh.call(trainer, "make_weights", nbytes)
+        assert isinstance(mesh, ActorMeshes)
+        (actors,) = mesh.meshes
+        trainer, generators = actors.slice(gpus=slice(0, 1)), actors.slice(gpus=slice(1, 3))
+        versions = iter(range(1, 1000))
 
-        async def sync_once() -> None:
-            pulls = [mesh.send(g, "pull_weights", mesh.ref(trainer)) for g in generators]
+        async def prepare(n: int) -> Any:
+            return await mesh.call(0, "make_weights", n)
+
+        async def sync_once(expected: Any) -> None:
+            await sync_weights(
+                trainer,
+                generators,
+                version=next(versions),
+                get_state=get_state,
+                set_state=set_state,
+            )
+            got = await generators.weights_fingerprint.call()
+            if any(g != expected for g in got.values()):
+                raise AssertionError("a generator's weights differ from the trainer's")
+
+        async def pull_once(expected: Any) -> None:
+            # The same move with plain endpoints: each generator calls the trainer.
+            pulls = [mesh.send(g, "pull_weights", mesh.ref(0)) for g in (1, 2)]
             if any(got != expected for got in await mesh.wait_many(pulls)):
                 raise AssertionError("a generator's weights differ from the trainer's")
 
         try:
-            out = await timed_syncs(sync_once, nbytes, ctx.quick)
+            out = await timed_syncs(prepare, sync_once, nbytes, ctx.quick)
+            pull = await timed_syncs(prepare, pull_once, nbytes, ctx.quick)
         finally:
             await mesh.call_all("drop_weights")
-        return {**out, "method": "each generator calls the trainer's get_weights endpoint"}
+        return {
+            **out,
+            "method": "actormesh.torch.sync_weights, 1 trainer to 2 generators",
+            "endpoint_pull_mbps": pull["mbps"],
+        }
 
-    run.__doc__ = f"Weight sync of {nbytes / 1e6:.0f} MB, generators pulling from the trainer."
+    run.__doc__ = f"Weight sync of {nbytes / 1e6:.0f} MB with actormesh.torch.sync_weights."
     return run
 
 

@@ -162,15 +162,17 @@ def _weight_sync(nbytes: int) -> WorkloadFn:
     async def run(ctx: Context) -> Metrics:
         mesh = await ctx.mesh()
         trainer, generators = 0, (1, 2)
-        expected = await mesh.call(trainer, "make_weights", nbytes)
 
-        async def sync_once() -> None:
+        async def prepare(n: int) -> Any:
+            return await mesh.call(trainer, "make_weights", n)
+
+        async def sync_once(expected: Any) -> None:
             (ref,) = await mesh.call(trainer, "publish")
             got = await mesh.wait_many([mesh.send(g, "load", ref) for g in generators])
             if any(g != expected for g in got):
                 raise AssertionError("a generator's weights differ from the trainer's")
 
-        out = await timed_syncs(sync_once, nbytes, ctx.quick)
+        out = await timed_syncs(prepare, sync_once, nbytes, ctx.quick)
         await mesh.call_all("load", {})
         return {**out, "method": "ray.put in the trainer, ray.get in each generator"}
 
