@@ -184,7 +184,12 @@ class _ActorHost:
 
 @dataclass
 class SpawnSpec:
-    """What a worker needs to build the actors of a new mesh (pickled once per spawn)."""
+    """What a worker needs to build the actors of a new mesh (pickled once per spawn).
+
+    ``restore`` is set when a restarted process rebuilds its actors: after ``__init__``
+    (same arguments), the actor's optional ``__restore__()`` runs, on the actor's thread,
+    so it can reload what its predecessor saved.
+    """
 
     cls: type
     args: tuple[Any, ...]
@@ -193,6 +198,7 @@ class SpawnSpec:
     labels: tuple[str, ...]
     sizes: tuple[int, ...]
     mesh: Any = None
+    restore: bool = False
 
     def actor(self, rank: int) -> tuple[Any, str, dict[str, int]]:
         """``(factory, mesh name, coordinates)`` of the actor of this root rank."""
@@ -209,7 +215,14 @@ class SpawnSpec:
     def _construct(self, point: Point) -> Any:
         set_current_actor(ActorIdentity(self.mesh_name, point, self.mesh))
         CURRENT_PREFIX.set(f"[{self.mesh_name} {point}]")
-        return self.cls(*self.args, **self.kwargs)
+        instance = self.cls(*self.args, **self.kwargs)
+        hook = getattr(instance, "__restore__", None) if self.restore else None
+        if hook is not None:
+            result = hook()
+            if inspect.iscoroutine(result):
+                result.close()
+                raise TypeError(f"{self.cls.__qualname__}.__restore__ must be a plain `def`")
+        return instance
 
 
 def point_of(ref: Any, rank: int) -> Point:

@@ -53,34 +53,74 @@ class _Request:
         self.started: dict[int, float] = {}
         self.req_id = 0
         self.finished = False
+        # Kept for re-sending when the endpoint is idempotent and its process restarts.
+        self.resend: dict[str, list[Any]] | None = None
+        options = self.ref.endpoints.get(endpoint)
+        if options is not None and options.idempotent:
+            self.resend = {}
 
     # -- sending ------------------------------------------------------------------------
 
-    def send(self, frames: list[tuple[str, tuple[int, ...], list[Any]]]) -> None:
+    def send(
+        self, frames: list[tuple[str, tuple[int, ...], list[Any]]], *, hold: bool = True
+    ) -> None:
         """Register, then send each ``(process path, ranks there, frame parts)``.
 
         Every rank is marked outstanding before the first frame leaves, so a fast reply
-        can never complete the request while later frames are still being sent.
+        can never complete the request while later frames are still being sent. Frames to
+        a process being restarted wait for the new process (unless ``hold`` is False).
         """
-        runtime, unreachable, ready = self.runtime, [], []
+        runtime, unreachable, ready, held = self.runtime, [], [], []
         for path, ranks, parts in frames:
-            try:
-                conn = runtime.connection(path)
-            except ActorDiedError as error:
-                unreachable.append((ranks, error.reason))
-                continue
+            if self.resend is not None:
+                self.resend[path] = parts
+            if hold and runtime.relaunching(path):
+                held.append((path, ranks, parts))
+                conn: Connection | None = None
+            else:
+                try:
+                    conn = runtime.connection(path)
+                except ActorDiedError as error:
+                    unreachable.append((ranks, error.reason))
+                    continue
+                ready.append((conn, ranks, parts))
             for rank in ranks:
                 self.outstanding[rank] = conn
                 self.started[rank] = self._start(rank)
-            ready.append((conn, ranks, parts))
         self.req_id = runtime.register(self)
         for conn, ranks, parts in ready:
             try:
                 runtime.send(conn, self._header(ranks), parts)
             except ActorDiedError as error:
                 unreachable.append((ranks, error.reason))
+        for path, ranks, parts in held:
+            self._hold(path, ranks, parts)
         for ranks, reason in unreachable:
             runtime.call_soon(self._fail_unreachable, ranks, reason)
+
+    def _hold(self, path: str, ranks: tuple[int, ...], parts: list[Any]) -> None:
+        """Send to ``path`` once its restart is over (now, if it already is)."""
+        resume = functools.partial(self._send_held, path, ranks, parts)
+        if not self.runtime.when_back(path, resume):
+            self.runtime.call_soon(resume, None)
+
+    def _send_held(
+        self, path: str, ranks: tuple[int, ...], parts: list[Any], error: BaseException | None
+    ) -> None:
+        ranks = tuple(rank for rank in ranks if rank in self.outstanding)
+        if not ranks:
+            return  # answered otherwise, or abandoned, meanwhile
+        try:
+            if error is not None:
+                raise error
+            conn = self.runtime.connection(path)
+            self.runtime.send(conn, self._header(ranks), parts)
+        except Exception as failure:
+            reason = failure.reason if isinstance(failure, ActorDiedError) else str(failure)
+            self._fail_unreachable(ranks, reason or str(failure))
+            return
+        for rank in ranks:
+            self.outstanding[rank] = conn
 
     def _start(self, rank: int) -> float:
         """Count the call to ``rank`` in flight; its start time."""
@@ -108,6 +148,8 @@ class _Request:
         started = self.started.pop(rank, None)
         if started is not None:
             self.state.finished(rank, started, ok)
+        if self.state.dead:
+            self.state.dead.pop(rank, None)  # it answered: alive (restarted, say)
         if ok:
             try:
                 value = loads(parts[0], parts[1:])
@@ -134,6 +176,13 @@ class _Request:
     def on_lost(self, conn: Connection, reason: str) -> bool:
         lost = [rank for rank, known in self.outstanding.items() if known is conn]
         if not lost:
+            return False
+        path = conn.peer
+        if self.resend is not None and path in self.resend and self.runtime.relaunching(path):
+            # Idempotent: run it again on the restarted process rather than fail it.
+            for rank in lost:
+                self.outstanding[rank] = None
+            self._hold(path, tuple(lost), self.resend[path])
             return False
         for rank in lost:
             del self.outstanding[rank]
@@ -512,8 +561,13 @@ class Adverbs:
         runtime, mesh_id = Runtime.get(), self.mesh._ref.mesh_id
         dead: dict[int, str] = {}
         for path, ranks in self.mesh._routes():
+            header = (CALL, 0, mesh_id, ranks, ep.name)
+            if runtime.relaunching(path):
+                later = functools.partial(_send_later, runtime, path, header, parts)
+                if runtime.when_back(path, later):
+                    continue  # goes out when the restarted process is ready
             try:
-                runtime.send(runtime.connection(path), (CALL, 0, mesh_id, ranks, ep.name), parts)
+                runtime.send(runtime.connection(path), header, parts)
             except ActorDiedError as error:
                 dead.update(dict.fromkeys(ranks, error.reason))
         if dead:
@@ -596,3 +650,19 @@ class Adverbs:
         request = _Gather(self.mesh, ep.name, transform=chosen.collect)
         request.send(frames)
         return request.future
+
+
+def _send_later(
+    runtime: Runtime,
+    path: str,
+    header: tuple[Any, ...],
+    parts: list[Any],
+    error: BaseException | None,
+) -> None:
+    """Send a ``broadcast`` frame held while its process restarted.
+
+    Dropped if the restart failed: the mesh's owner hears of that failure.
+    """
+    if error is None:
+        with contextlib.suppress(ActorDiedError):
+            runtime.send(runtime.connection(path), header, parts)

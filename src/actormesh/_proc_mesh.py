@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, TypeVar
 
-from . import _supervision
+from . import _restart, _supervision
 from ._actor import Actor, SpawnSpec, endpoint_table
 from ._actor_mesh import ActorMesh, MeshRef
 from ._adverbs import _Gather
@@ -38,6 +38,7 @@ class _Processes:
         self.children = children
         self.stopped = False
         self.meshes: list[str] = []
+        self.restarter: _restart.Restarter | None = None
 
 
 class ProcMesh:
@@ -96,6 +97,8 @@ class ProcMesh:
         spec = SpawnSpec(actor_class, args, kwargs, name, labels, sizes, mesh)
         payload, buffers = dumps(spec)
         self._processes.meshes.append(ref.mesh_id)
+        if self._processes.restarter is not None:
+            self._processes.restarter.spawned[ref.mesh_id] = (mesh, spec)
         request = _Spawn(mesh)
         request.send([(path, ranks, [payload, *buffers]) for path, ranks in mesh._routes()])
         return request.future
@@ -107,6 +110,8 @@ class ProcMesh:
         if processes.stopped:
             return _from_concurrent(runtime, _done_future())
         processes.stopped = True
+        if processes.restarter is not None:
+            _restart.uninstall(processes.restarter)
         for state in all_states():
             if state.mesh_id in processes.meshes:
                 state.stopped = True
@@ -159,6 +164,9 @@ def proc_mesh(
     gpus: int | None = None,
     env: Mapping[str, str] | Callable[[Point], Mapping[str, str]] | None = None,
     name: str = "procs",
+    restart: _restart.RestartMode = "never",
+    max_restarts: int = 3,
+    restart_window: float = 60.0,
     **dims: int,
 ) -> Future[ProcMesh]:
     """Start a mesh of worker processes on this host.
@@ -174,8 +182,15 @@ def proc_mesh(
         env: extra environment variables for every process, or a function giving each
             process its own from its coordinates (``lambda point: {...}``).
         name: a label for output prefixes and messages.
+        restart: ``"rank"`` replaces a process that dies by a new one at the same rank
+            and rebuilds its actors there (``__init__`` with the same arguments, then
+            ``__restore__``); ``"never"`` leaves the rank dead. See docs/faults.md.
+        max_restarts: restarts allowed per rank within ``restart_window`` seconds; a death
+            beyond that is reported to the owner like any other.
+        restart_window: the sliding window of ``max_restarts``, in seconds.
         **dims: further named dimensions.
     """
+    policy = _restart.RestartPolicy(restart, max_restarts, restart_window)
     if shape is not None and (hosts is not None or gpus is not None or dims):
         raise TypeError("give the shape either as one mapping or as keyword dimensions, not both")
     if shape is None:
@@ -200,7 +215,11 @@ def proc_mesh(
 
     async def start() -> ProcMesh:
         children = await runtime.start_processes(specs)
-        return ProcMesh(_Processes(name, children), mesh_shape)
+        processes = _Processes(name, children)
+        if policy.mode == "rank":
+            processes.restarter = _restart.Restarter(runtime, processes, policy)
+            _restart.install(runtime, processes.restarter)
+        return ProcMesh(processes, mesh_shape)
 
     return _from_concurrent(runtime, runtime.submit(start()))
 

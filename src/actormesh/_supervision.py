@@ -164,6 +164,9 @@ def _on_failure_frame(mesh_id: str, rank: int, endpoint: str, payload: memoryvie
 
 
 def _on_process_exit(child: ChildProcess, reason: str) -> None:
+    runtime = Runtime.current()
+    if runtime is not None and runtime.relaunching(child.listen_path):
+        return  # the restart policy handles it; the owner hears only if it fails
     for state in all_states():
         if state.stopped:
             continue

@@ -186,6 +186,26 @@ class Counter(Actor):
         return os.getpid()
 
 
+class RestartRefuser(Actor):
+    """Starts the first time, refuses in a restarted process."""
+
+    def __init__(self) -> None:
+        if os.environ.get("ACTORMESH_RESTARTS"):
+            raise RuntimeError("no second life")
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class Relay(Actor):
+    """Calls another mesh through a handle it was given (a pickled mesh reference)."""
+
+    @endpoint
+    async def pids(self, mesh: Any) -> list[int]:
+        return list((await mesh.pid.call()).values())
+
+
 class FailingInit(Actor):
     def __init__(self, bad_rank: int) -> None:
         if current_rank().rank == bad_rank:

@@ -57,6 +57,10 @@ class ChildProcess:
         self.stopping = False  # set when the owner asks it to exit: its death is expected
         # Why the owner killed it (missed heartbeats), said instead of "killed by SIGKILL".
         self.death_note: str | None = None
+        # What the restart policy made of its death ("restarting it", "budget exhausted").
+        self.restart_note: str | None = None
+        self.restarts = 0  # how many processes held this rank before this one
+        self.env: dict[str, str] = {}  # what it was started with beyond our environment
         self._pidfd: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -135,4 +139,6 @@ def launch(
         start_new_session=True,
         close_fds=True,
     )
-    return ChildProcess(key, rank, listen_path, popen)
+    child = ChildProcess(key, rank, listen_path, popen)
+    child.env = dict(env)
+    return child

@@ -32,6 +32,7 @@ from .._exceptions import ActorDiedError, MeshStoppedError
 from .._transport import Connection, Listener, TransportClosed, connect_unix, private_socket_dir
 from .._transport._frames import Buffer
 from . import _envelope as env
+from ._deferral import Deferrals, Resume
 from ._heartbeat import HeartbeatMonitor
 from ._inspect import describe
 from ._limits import check_message_size
@@ -186,6 +187,10 @@ class Runtime:
         self._parent: Connection | None = None
         self._heartbeat: HeartbeatMonitor | None = None
         self.exit_listeners: list[Callable[[ChildProcess, str], None]] = []
+        # Asked first when a worker dies: True when it will be restarted at the same path
+        # (then calls to it wait for the new process, see relaunching / when_back).
+        self.relaunch_policy: Callable[[ChildProcess], bool] | None = None
+        self._deferrals = Deferrals()
         self.failure_handler: Callable[[str, int, str, memoryview], None] | None = None
 
     # -- construction -------------------------------------------------------------------
@@ -666,9 +671,13 @@ class Runtime:
         child.signal_group(signal.SIGKILL)
 
     def _child_exited(self, child: ChildProcess) -> None:
+        path = child.listen_path
+        if not child.stopping and self.relaunch_policy is not None and self.relaunch_policy(child):
+            self._deferrals.begin(path)
         how = child.death_note or describe_exit(child.returncode)
         reason = f"process {child.pid} (rank {child.rank}) {how}"
-        path = child.listen_path
+        if child.restart_note:
+            reason += f"; {child.restart_note}"
         if self._heartbeat is not None:
             self._heartbeat.untrack(child)
         self._dead_paths[path] = reason
@@ -700,6 +709,38 @@ class Runtime:
                 listener(child, reason)
             except Exception:
                 log.exception("a process-exit listener failed")
+
+    # -- restarts (owner side) -----------------------------------------------------------
+
+    def relaunching(self, path: str) -> bool:
+        """True while the process at ``path`` is being restarted (any thread)."""
+        return self._deferrals.active(path)
+
+    def when_back(self, path: str, resume: Resume) -> bool:
+        """Run ``resume`` (loop thread) once ``path`` is restarted or its restart failed.
+
+        Returns False, holding nothing, when no restart of ``path`` is under way.
+        """
+        return self._deferrals.defer(path, resume)
+
+    async def relaunch(self, child: ChildProcess) -> ChildProcess:
+        """Start a process in the place of the dead ``child``: same rank, same socket path.
+
+        Keeping the path keeps every mesh reference to it valid; callers that had a
+        connection to the old process find the new one on their next connect.
+        """
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(child.listen_path)  # the dead process could not remove its socket
+        env = {**child.env, "ACTORMESH_RESTARTS": str(child.restarts + 1)}
+        (new,) = await self.start_processes([(child.key, child.rank, env)])
+        new.restarts = child.restarts + 1
+        return new
+
+    def end_relaunch(self, path: str, error: BaseException | None) -> None:
+        """The restart of ``path`` is over (loop thread): release or fail the held sends."""
+        if error is None:
+            self._dead_paths.pop(path, None)
+        self._deferrals.end(path, error)
 
     async def stop_processes(self, children: Sequence[ChildProcess], grace: float) -> None:
         """Ask workers to exit, then SIGTERM, then SIGKILL their process groups."""
