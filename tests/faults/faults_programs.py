@@ -116,6 +116,25 @@ def default_timeout() -> dict[str, Any]:
 
 
 @program
+def stop_escalation() -> dict[str, Any]:
+    """A worker whose loop is blocked ignores SHUTDOWN and SIGTERM: stop() SIGKILLs it."""
+    procs = proc_mesh(gpus=2).get(timeout=30)
+    mesh = procs.spawn("stuck", Worker).get(timeout=30)
+    pending = mesh.slice(gpus=1).block_loop.call_one(60)
+    mesh.slice(gpus=0).echo.call_one(1).get(timeout=10)
+    started = time.monotonic()
+    procs.stop().get(timeout=30)
+    took = time.monotonic() - started
+    try:
+        pending.get(timeout=5)
+        error = "none"
+    except actormesh.MeshStoppedError as stopped:
+        error = type(stopped).__name__ + ": " + str(stopped)
+    codes = [child.returncode for child in procs._processes.children]
+    return {"took": took, "codes": codes, "pending": error}
+
+
+@program
 def killed(how: str) -> dict[str, Any]:
     """Start workers and grandchildren, announce their pids, then die as ``how`` says."""
     procs = proc_mesh(gpus=2).get(timeout=30)

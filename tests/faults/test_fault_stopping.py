@@ -1,0 +1,90 @@
+"""Stopping always finishes: under load, with dead ranks, twice, escalating to SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+from faults_actors import Worker
+from faults_support import gone, run_program, wait_until
+
+import actormesh
+from actormesh import ActorDiedError, MeshStoppedError, proc_mesh
+
+
+def test_stop_under_load_fails_the_pending_calls_with_mesh_stopped() -> None:
+    procs = proc_mesh(gpus=2).get(timeout=30)
+    mesh = procs.spawn("busy", Worker).get(timeout=30)
+    pending = [mesh.sleep.call(5) for _ in range(3)] + [mesh.asleep.call(5)]
+    outcomes: list[BaseException | None] = []
+    stop_callers = threading.Event()
+
+    def hammer() -> None:
+        # Calls keep coming while the mesh stops: each ends with a value or an error.
+        while not stop_callers.is_set():
+            try:
+                mesh.echo.call(1).get(timeout=10)
+            except (MeshStoppedError, ActorDiedError) as error:
+                outcomes.append(error)
+                return
+
+    callers = [threading.Thread(target=hammer) for _ in range(3)]
+    for caller in callers:
+        caller.start()
+    started = time.monotonic()
+    procs.stop().get(timeout=30)
+    assert time.monotonic() - started < 5.0
+    for future in pending:
+        with pytest.raises(MeshStoppedError):
+            future.get(timeout=5)
+    stop_callers.set()
+    for caller in callers:
+        caller.join(timeout=10)
+        assert not caller.is_alive()
+    assert all(isinstance(e, MeshStoppedError) for e in outcomes)
+
+
+def test_stop_with_dead_ranks_and_twice_finishes(failures: list[actormesh.Failure]) -> None:
+    procs = proc_mesh(gpus=3).get(timeout=30)
+    mesh = procs.spawn("partly", Worker).get(timeout=30)
+    pids = list(mesh.pid.call().get(timeout=10).values())
+    os.kill(pids[0], signal.SIGKILL)
+    os.kill(pids[2], signal.SIGKILL)
+    wait_until(lambda: gone(pids[0]) and gone(pids[2]), 5, "the workers to die")
+    procs.stop().get(timeout=30)
+    procs.stop().get(timeout=30)  # a second stop is a no-op, not an error
+    assert gone(pids[1])
+
+
+def test_any_use_after_stop_raises_mesh_stopped() -> None:
+    procs = proc_mesh(gpus=2).get(timeout=30)
+    mesh = procs.spawn("done", Worker).get(timeout=30)
+    other = procs.spawn("other", Worker).get(timeout=30)
+    other.stop().get(timeout=10)  # an actor mesh alone: its processes stay up
+    with pytest.raises(MeshStoppedError):
+        other.echo.call(1)
+    assert list(mesh.echo.call(1).get(timeout=10).values()) == [1, 1]
+    procs.stop().get(timeout=30)
+    for use in (
+        lambda: mesh.echo.call(1),
+        lambda: mesh.slice(gpus=0).echo.call_one(1),
+        lambda: mesh.echo.broadcast(1),
+        lambda: mesh.echo.choose(1),
+        lambda: mesh.echo.stream(1),
+        lambda: procs.spawn("again", Worker),
+        lambda: procs.slice(gpus=1).spawn("again", Worker),
+    ):
+        with pytest.raises(MeshStoppedError):
+            use()
+
+
+def test_stop_escalates_from_sigterm_to_sigkill_after_the_grace() -> None:
+    result = run_program("stop_escalation", env={"ACTORMESH_STOP_GRACE": "0.5"})
+    # grace (0.5 s) for SHUTDOWN, then 1 s for SIGTERM, then SIGKILL.
+    assert 1.4 < result["took"] < 4.0
+    assert result["codes"][1] == -signal.SIGKILL
+    assert result["codes"][0] == 0  # the other worker left when asked
+    assert result["pending"].startswith("MeshStoppedError")
