@@ -1,8 +1,25 @@
-"""Layer 1: frames over stream sockets (Unix domain sockets on one host)."""
+"""Layer 1: frames over stream sockets (Unix sockets on one host, TCP across hosts)."""
 
 from __future__ import annotations
 
+from ._address import connect_address, is_tcp, unix_path
+from ._auth import AuthenticationError, new_secret
 from ._connection import Connection, TransportClosed
+from ._tcp import TcpListener, format_tcp, parse_tcp
 from ._unix import Listener, connect_unix, private_socket_dir
 
-__all__ = ["Connection", "Listener", "TransportClosed", "connect_unix", "private_socket_dir"]
+__all__ = [
+    "AuthenticationError",
+    "Connection",
+    "Listener",
+    "TcpListener",
+    "TransportClosed",
+    "connect_address",
+    "connect_unix",
+    "format_tcp",
+    "is_tcp",
+    "new_secret",
+    "parse_tcp",
+    "private_socket_dir",
+    "unix_path",
+]
