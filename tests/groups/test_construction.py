@@ -51,6 +51,8 @@ def test_ray_style_constructor_returns_a_ready_mesh_that_owns_its_processes() ->
     assert not [pid for pid in pids if pid_alive(pid)]
     with pytest.raises(MeshStoppedError):
         mesh.describe.all()
+    with pytest.raises(MeshStoppedError):
+        mesh.describe.choose()
 
 
 def test_constructor_arguments_named_like_spawn_parameters_reach_the_actor() -> None:
