@@ -164,12 +164,16 @@ def submit(
     """
     ticket = _Ticket(mesh_name, candidates, policy, key, limit, send)
     with state.choose_lock:
-        # Callers already waiting go first: a newcomer queues behind them (the queue is
-        # drained below, so it still goes at once if it can).
-        picked = None if state.waiting else ticket.pick(state)
+        # Callers already waiting go first: a newcomer that would wait queues behind them
+        # (the queue is drained below, so it still goes at once if it can). One that
+        # would rather fail than wait goes now or not at all.
+        if state.waiting and when_full != "error":
+            picked = None
+        else:
+            picked = ticket.pick(state)
         if picked is not None:
             started = _reserve(state, picked)
-        elif when_full == "error" and not state.waiting:
+        elif when_full == "error":
             raise MeshBusyError(_busy_message(mesh_name, limit, policy))
         else:
             _enqueue(state, ticket)

@@ -145,6 +145,15 @@ def test_max_in_flight_with_when_full_error_raises_mesh_busy(workers: Any) -> No
     assert mesh.work.choose_with(max_in_flight=1, when_full="error")(0).get(timeout=30) in (1, 2)
 
 
+def test_a_call_that_would_rather_fail_does_not_queue_behind_waiting_ones(workers: Any) -> None:
+    one = workers.slice(dim0=1).with_policy(max_in_flight=1)
+    busy = one.work.choose(0.1)
+    waiting = one.work.choose(0)
+    with pytest.raises(MeshBusyError):
+        one.work.choose_with(when_full="error")(0)
+    assert (busy.get(timeout=30), waiting.get(timeout=30)) == (1, 1)
+
+
 def test_a_waiting_call_can_be_cancelled_or_time_out_without_running(workers: Any) -> None:
     one = workers.slice(dim0=2).with_policy(max_in_flight=1)
     before = one.count.call_one().get(timeout=30)
