@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import select
+import statistics
 import subprocess
 import sys
 import time
@@ -208,6 +209,38 @@ def _run_system(sys_entry: Entry, names: list[str], quick: bool, logs: Path) -> 
     return out
 
 
+def _merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One system's results over several rounds: the median of each numeric metric.
+
+    A workload counts only the rounds where it succeeded; each round's metrics stay
+    in ``rounds``. With one round this is that round.
+    """
+    if len(runs) == 1:
+        return runs[0]
+    merged = {**runs[-1], "workloads": {}}
+    merged["leftover_processes"] = sum(r.get("leftover_processes", 0) for r in runs)
+    for name, last in runs[-1]["workloads"].items():
+        oks = [
+            r["workloads"][name] for r in runs if r["workloads"].get(name, {}).get("status") == "ok"
+        ]
+        if not oks:
+            merged["workloads"][name] = last
+            continue
+        metrics = dict(oks[-1]["metrics"])
+        for key, value in metrics.items():
+            values = [ok["metrics"].get(key) for ok in oks]
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                numbers = [v for v in values if isinstance(v, int | float)]
+                metrics[key] = statistics.median(numbers)
+        merged["workloads"][name] = {
+            "status": "ok",
+            "metrics": metrics,
+            "rounds": [ok["metrics"] for ok in oks],
+            "wall_s": sum(ok.get("wall_s", 0.0) for ok in oks),
+        }
+    return merged
+
+
 def _write(results: dict[str, Any], out_dir: Path, fig_dir: Path, charts: bool) -> str:
     table = render(results)
     machine = results["meta"]["machine"]["summary"]
@@ -218,7 +251,10 @@ def _write(results: dict[str, Any], out_dir: Path, fig_dir: Path, charts: bool) 
         for s in results["systems"].values()
     )
     meta = results["meta"]
+    rounds = meta.get("repeat", 1)
     mode = f"{'quick' if meta['quick'] else 'full'} run of {meta['timestamp']}, {meta['wall_s']} s"
+    if rounds > 1:
+        mode += f", medians of {rounds} rounds"
     if "loadavg_start" in meta:
         mode += f"; 1-min load average {meta['loadavg_start'][0]:.1f} before"
     text = f"Machine: {machine}\n\nSystems: {versions}\n\nMode: {mode}\n\n{table}\n"
@@ -252,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-charts", action="store_true")
     parser.add_argument("--render", type=Path, metavar="JSON", help="only re-render a results file")
     parser.add_argument("--list", action="store_true", help="print the workloads and exit")
+    parser.add_argument(
+        "--repeat", type=int, default=1, metavar="N", help="N rounds; report each metric's median"
+    )
     args = parser.parse_args(argv)
 
     if args.list:
@@ -296,11 +335,17 @@ def main(argv: list[str] | None = None) -> int:
             f"warning: load average {os.getloadavg()[0]:.1f} already: figures will be noisy",
             file=sys.stderr,
         )
+    results["meta"]["repeat"] = args.repeat
+    runs: dict[str, list[dict[str, Any]]] = {}
     t0 = time.monotonic()
     try:
-        for sys_entry in systems:
-            print(f"{sys_entry.label}:", file=sys.stderr)
-            results["systems"][sys_entry.name] = _run_system(sys_entry, names, args.quick, logs)
+        # Whole rounds, so that a burst of load on the machine hits every system alike.
+        for round_ in range(args.repeat):
+            for sys_entry in systems:
+                print(f"{sys_entry.label} (round {round_ + 1}/{args.repeat}):", file=sys.stderr)
+                one = _run_system(sys_entry, names, args.quick, logs)
+                runs.setdefault(sys_entry.name, []).append(one)
+                results["systems"][sys_entry.name] = _merge(runs[sys_entry.name])
     finally:
         results["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
         results["meta"]["loadavg_end"] = os.getloadavg()

@@ -8,11 +8,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench import procfs
-from bench.run import ROOT, _run_system
+from bench.run import ROOT, _merge, _run_system
 from bench.systems import Entry
 
 
@@ -64,3 +65,20 @@ def test_procfs_sees_a_descendant_and_ends_one_that_ignores_sigterm() -> None:
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_rounds_merge_to_the_median_of_the_rounds_that_succeeded() -> None:
+    def round_(status: str, median: float) -> dict[str, Any]:
+        result: dict[str, Any] = {"status": status}
+        if status == "ok":
+            result["metrics"] = {"median_us": median, "verified": True, "method": "x"}
+        return {"label": "L", "status": "ok", "leftover_processes": 1, "workloads": {"w": result}}
+
+    merged = _merge(
+        [round_("ok", 10.0), round_("timeout", 0.0), round_("ok", 30.0), round_("ok", 20.0)]
+    )
+    w = merged["workloads"]["w"]
+    assert w["status"] == "ok"
+    assert w["metrics"] == {"median_us": 20.0, "verified": True, "method": "x"}
+    assert len(w["rounds"]) == 3
+    assert merged["leftover_processes"] == 4
