@@ -7,6 +7,10 @@ closing ends it too, and a watchdog thread waiting on the owner's pidfd ends it 
 its event loop is blocked. On the way out it kills whatever it started: its process group
 and every descendant, found through the process tree because the worker is their
 subreaper (orphans of its descendants are re-parented to it, and reaped by it).
+
+A worker whose owner is on another host (``tcp://`` address; started through Ray, or
+joining by itself with ``actormesh worker --join``) has no owner pid to watch: a thread
+watches the owner's connection instead, and the worker exits when it hangs up.
 """
 
 from __future__ import annotations
@@ -19,17 +23,22 @@ import select
 import signal
 import sys
 import threading
+from typing import Any
 
 from ._config import Config
 from ._core import Runtime
 from ._core._output import install_prefix_streams
 from ._core._reaper import OrphanReaper, become_subreaper, kill_tree
 from ._core._runtime import new_event_loop
+from ._transport import is_tcp
 
-__all__ = ["main"]
+__all__ = ["main", "serve"]
 
 _PR_SET_PDEATHSIG = 1
 _REAP_INTERVAL = 1.0
+# Whether this process' group is its own to kill on the way out: not when someone else
+# started it (``actormesh worker --join`` shares the group of the shell or launcher).
+_OWN_GROUP = True
 
 
 def _die_with_parent() -> None:
@@ -63,11 +72,26 @@ def _watch_parent(parent: int) -> None:
     threading.Thread(target=wait, name="actormesh-parent-watch", daemon=True).start()
 
 
+def _watch_owner_connection(fd: int) -> None:
+    """End this process soon after the owner's TCP connection closes, even if the event
+    loop is blocked (an owner on another host has no pid to watch)."""
+    ended = select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL
+
+    def wait() -> None:
+        poller = select.poll()
+        poller.register(fd, select.POLLRDHUP)  # only hang-ups: the loop reads the data
+        while not any(mask & ended for _, mask in poller.poll()):
+            pass
+        _exit_now()
+
+    threading.Thread(target=wait, name="actormesh-owner-watch", daemon=True).start()
+
+
 def _exit_now() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
-    kill_tree()
+    kill_tree(include_group=_OWN_GROUP)
     os._exit(0)
 
 
@@ -78,19 +102,34 @@ def _reap_periodically(loop: asyncio.AbstractEventLoop, reaper: OrphanReaper) ->
 
 def main() -> None:
     """Run one worker until shutdown."""
+    serve(os.environ["ACTORMESH_KEY"], os.environ["ACTORMESH_PARENT"])
+
+
+def serve(
+    key: str, owner: str, info: dict[str, Any] | None = None, *, own_group: bool = True
+) -> None:
+    """Join the owner at address ``owner`` as process ``key`` and serve until shutdown.
+
+    ``info`` travels in the HELLO (a process that joins by itself says who it is).
+    ``own_group`` False: the process group belongs to whoever started this process, so
+    only this process' descendants die with it.
+    """
+    global _OWN_GROUP
+    _OWN_GROUP = own_group
     _die_with_parent()
     become_subreaper()
     parent = os.environ.get("ACTORMESH_PARENT_PID")
     if parent:
         _watch_parent(int(parent))
     config = Config.from_env()
-    key = os.environ["ACTORMESH_KEY"]
     if os.environ.get("ACTORMESH_OUTPUT") == "prefix":
         coords = os.environ.get("ACTORMESH_COORDS", "{}")
         install_prefix_streams(f"[{os.environ.get('ACTORMESH_PROC_MESH', 'procs')} {coords}]")
     loop = new_event_loop(config)
     asyncio.set_event_loop(loop)
-    runtime = Runtime.start_worker(config, loop, key, os.environ["ACTORMESH_PARENT"])
+    runtime = Runtime.start_worker(config, loop, key, owner, info)
+    if is_tcp(owner):
+        _watch_owner_connection(runtime.connection(owner).fileno())
     from ._supervision import install
 
     install(runtime)

@@ -39,6 +39,12 @@ class Config:
         heartbeat_interval: seconds between liveness probes of worker processes.
         heartbeat_timeout: seconds without an answer after which a worker that is alive
             but frozen is declared dead.
+        listen_host: the interface TCP listeners bind to (processes on other hosts reach
+            this one there). ``None``: loopback in a controller; in a worker, the address
+            of the interface that reaches its owner.
+        secret: the job's secret; every TCP connection proves it before a frame is read.
+            ``None``: a controller makes one up when it first listens on TCP and hands it
+            to the workers it starts; workers started by someone else need it given.
     """
 
     output: OutputMode = "prefix"
@@ -51,6 +57,8 @@ class Config:
     socket_dir: str | None = None
     heartbeat_interval: float = 1.0
     heartbeat_timeout: float = 30.0
+    listen_host: str | None = None
+    secret: str | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.output not in ("prefix", "raw", "off"):

@@ -3,7 +3,8 @@
 A header is a tuple whose first item is the message kind; it is pickled on its own so a
 fan-out re-encodes only the header per destination, never the arguments. The layouts::
 
-    (HELLO, listen_path, pid, key)              worker -> owner, once connected
+    (HELLO, address, pid, key, info)            worker -> owner, once connected (info: a
+                                                dict; a joining process says who it is)
     (SPAWN, req_id, mesh_id, ranks)             + factory pickle and buffers
     (CALL, req_id, mesh_id, ranks, endpoint)    + (args, kwargs) pickle and buffers
     (REPLY, req_id, rank, ok)                   + value pickle (or error payload) and buffers

@@ -29,7 +29,16 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from .._config import Config
 from .._exceptions import ActorDiedError, MeshStoppedError
-from .._transport import Connection, Listener, TransportClosed, connect_unix, private_socket_dir
+from .._transport import (
+    Connection,
+    Listener,
+    TcpListener,
+    TransportClosed,
+    connect_address,
+    is_tcp,
+    new_secret,
+    private_socket_dir,
+)
 from .._transport._frames import Buffer
 from . import _envelope as env
 from ._deferral import Deferrals, Resume
@@ -40,6 +49,7 @@ from ._mailbox import Mailbox
 from ._output import PipeForwarder
 from ._process import ChildProcess, describe_exit, launch
 from ._reaper import kill_tagged
+from ._remote import Joined, Joins, RemoteProcess, route_source
 from ._serialization import dumps, loads
 
 __all__ = ["ReplyHandler", "Runtime", "new_event_loop"]
@@ -192,6 +202,13 @@ class Runtime:
         self.relaunch_policy: Callable[[ChildProcess], bool] | None = None
         self._deferrals = Deferrals()
         self.failure_handler: Callable[[str, int, str, memoryview], None] | None = None
+        # The job's secret: TCP peers prove it (workers started here inherit it).
+        self.secret = config.secret or new_secret()
+        # What this process tells peers to connect to: its Unix socket, or its TCP
+        # address when its owner is on another host (see listen_tcp).
+        self.address = self.listen_path
+        self._tcp_listeners: dict[tuple[str, int], TcpListener] = {}
+        self.joins = Joins()  # who waits for processes that dial in over TCP
 
     # -- construction -------------------------------------------------------------------
 
@@ -234,15 +251,28 @@ class Runtime:
 
     @classmethod
     def start_worker(
-        cls, config: Config, loop: asyncio.AbstractEventLoop, key: str, parent_path: str
+        cls,
+        config: Config,
+        loop: asyncio.AbstractEventLoop,
+        key: str,
+        parent_path: str,
+        info: dict[str, Any] | None = None,
     ) -> Runtime:
-        """Create the runtime of a worker on the calling thread's ``loop`` (not yet run)."""
+        """Create the runtime of a worker on the calling thread's ``loop`` (not yet run).
+
+        An owner at a ``tcp://`` address is on another host (or lets processes join): the
+        worker then listens on TCP too, on ``Config.listen_host`` or else the interface
+        that reaches the owner, and introduces itself by that address. ``info`` travels
+        in the HELLO (a joining process says who it is).
+        """
         runtime = cls(config, loop, key=key)
         runtime.loop_thread_id = threading.get_ident()
         cls._current = runtime
         loop.run_until_complete(runtime._listen())
+        if is_tcp(parent_path):
+            runtime.address = runtime.listen_tcp(config.listen_host or route_source(parent_path))
         runtime._parent = runtime.connection(parent_path)
-        hello = (env.HELLO, runtime.listen_path, os.getpid(), key)
+        hello = (env.HELLO, runtime.address, os.getpid(), key, info or {})
         runtime._parent.send([env.encode_header(hello)])
         return runtime
 
@@ -254,16 +284,51 @@ class Runtime:
         conn = self._new_connection(sock, peer="incoming")
         conn.start()
 
-    def _new_connection(self, sock: Any, peer: str) -> Connection:
+    def _new_connection(self, sock: Any, peer: str, *, same_host: bool = True) -> Connection:
+        # Shared memory only between processes of one host: across TCP, buffers travel
+        # as raw bytes after the frame header.
         return Connection(
             sock,
             self.loop,
             self._on_frame,
             self._on_close,
             max_frame_bytes=self.config.max_message_bytes,
-            shm_threshold=self.config.shm_threshold,
+            shm_threshold=self.config.shm_threshold if same_host else 0,
             peer=peer,
         )
+
+    def listen_tcp(self, host: str | None = None, port: int = 0) -> str:
+        """Also accept TCP connections from peers with the job's secret; their address.
+
+        ``host`` defaults to ``Config.listen_host``, else loopback; port 0 picks a free
+        one. Asking again for a host already listened on returns the same address.
+        """
+        host = host or self.config.listen_host or "127.0.0.1"
+        with self._conns_lock:
+            for (bound_host, bound_port), listener in self._tcp_listeners.items():
+                if bound_host == host and port in (0, bound_port):
+                    return listener.address
+            listener = TcpListener(host, port, secret=self.secret, on_accept=self._tcp_accepted)
+            self._tcp_listeners[(host, listener.port)] = listener
+        listener.start()
+        return listener.address
+
+    def _tcp_accepted(self, sock: Any) -> None:
+        # On a listener thread, with the peer authenticated: reading starts on the loop.
+        def start() -> None:
+            if self.closed:
+                sock.close()
+                return
+            self._new_connection(sock, peer="incoming tcp", same_host=False).start()
+
+        try:
+            self.loop.call_soon_threadsafe(start)
+        except RuntimeError:  # the loop is closed: this process is on its way out
+            sock.close()
+
+    def _close_tcp_listeners(self) -> None:
+        for listener in list(self._tcp_listeners.values()):
+            listener.close()
 
     # -- threads ------------------------------------------------------------------------
 
@@ -310,11 +375,11 @@ class Runtime:
             if dead is not None:
                 raise ActorDiedError(f"the process is dead: {dead}", reason=dead)
             try:
-                sock = connect_unix(path)
+                sock = connect_address(path, secret=self.secret)
             except OSError as error:
                 reason = f"cannot reach the process at {path}: {error.strerror or error}"
                 raise ActorDiedError(reason, reason=reason) from None
-            conn = self._new_connection(sock, peer=path)
+            conn = self._new_connection(sock, peer=path, same_host=not is_tcp(path))
             self._conns[path] = conn
         self.call_soon(conn.start)
         return conn
@@ -562,6 +627,9 @@ class Runtime:
             self._exit_worker("the owner went away")
             return
         child = self._child_conns.get(conn)
+        if isinstance(child, RemoteProcess):
+            child.connection_lost()  # no exit status crosses hosts: this is its death
+            return
         if child is not None and child.alive():
             # The process is exiting: wait for its exit status so the error can say how
             # it died; if it somehow lives on, fail its calls after a short grace anyway.
@@ -605,6 +673,7 @@ class Runtime:
                     "ACTORMESH_PARENT_PID": str(os.getpid()),
                     "ACTORMESH_SOCKET_DIR": self.socket_dir,
                     "ACTORMESH_OUTPUT": output,
+                    "ACTORMESH_SECRET": self.secret,
                 }
                 self._hello[path] = self.loop.create_future()
                 child = launch(key=key, rank=rank, listen_path=path, env=process_env, output=output)
@@ -630,8 +699,12 @@ class Runtime:
         return children
 
     def _handle_hello(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, path, _pid, _key = header
+        _, path, pid, key, *info = header
         child = self._children.get(path)
+        if child is None and is_tcp(path):
+            # A process this one did not start dialled in: whoever waits for it adopts it.
+            self.joins.offer(Joined(conn, path, pid, key, info[0] if info else {}))
+            return
         with self._conns_lock:
             self._conns[path] = conn
         conn.peer = path
@@ -641,6 +714,28 @@ class Runtime:
         waiter = self._hello.get(path)
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def adopt(
+        self, joined: Joined, rank: int, kill: Callable[[], None] | None = None
+    ) -> RemoteProcess:
+        """Own a process that joined over TCP, as ``rank`` (loop thread).
+
+        From now on it is one of this runtime's workers: probed by heartbeats, stopped by
+        ``stop_processes``, and its death (its connection closing) reported like a local
+        worker's exit. ``kill`` is how to end it for sure (see ``RemoteProcess``).
+        """
+        child = RemoteProcess(joined, rank, kill)
+        path = joined.address
+        self._children[path] = child
+        self._dead_paths.pop(path, None)
+        with self._conns_lock:
+            self._conns[path] = joined.conn
+        joined.conn.peer = path
+        self._child_conns[joined.conn] = child
+        child.watch(self.loop, self._child_exited)
+        if child.alive():
+            self._monitor().track(child)
+        return child
 
     def _monitor(self) -> HeartbeatMonitor:
         if self._heartbeat is None:
@@ -784,6 +879,7 @@ class Runtime:
         self._hosted.clear()
         if self._listener is not None:
             self._listener.close()
+        self._close_tcp_listeners()
         self.loop.stop()
 
     def shutdown(self) -> None:
@@ -805,5 +901,6 @@ class Runtime:
     def _close_listener(self) -> None:
         if self._listener is not None:
             self._listener.close()
+        self._close_tcp_listeners()
         with contextlib.suppress(OSError):
             os.rmdir(self.socket_dir)

@@ -118,6 +118,10 @@ class Connection:
         """True once the connection is closed, from either side."""
         return self._closed
 
+    def fileno(self) -> int:
+        """The socket's descriptor (to watch it for the peer hanging up; never read it)."""
+        return self._fd
+
     def start(self) -> None:
         """Begin reading; call on the loop thread."""
         self._loop_thread = threading.get_ident()

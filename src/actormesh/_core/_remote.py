@@ -1,0 +1,212 @@
+"""Processes on other hosts: how they join an owner, and how the owner sees them go.
+
+A remote worker dials its owner over TCP (authenticated), listens on TCP itself, and says
+HELLO with the address other processes reach it at. The owner cannot watch a remote pid,
+so the connection stands for the process: when it closes (the process exited, its host
+went away, TCP keepalive gave up, or the owner declared it dead after missed heartbeats),
+the process is dead, and it is reported exactly like a local worker's exit. The worker
+holds up its end of the bargain: it exits when its owner's connection closes.
+
+Who waits for a process to join is up to the allocator that asked for it: ``Joins`` hands
+each HELLO from a process this runtime did not start to the waiters in turn; a process
+nobody waits for is sent away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._transport import Connection, TransportClosed, parse_tcp
+from . import _envelope as env
+from ._mailbox import EndpointKind
+from ._process import ChildProcess
+
+__all__ = [
+    "EnvironmentSetup",
+    "Joined",
+    "Joins",
+    "RemoteProcess",
+    "route_source",
+]
+
+log = logging.getLogger("actormesh.remote")
+
+JoinWaiter = Callable[["Joined"], bool]
+
+
+@dataclass(frozen=True)
+class Joined:
+    """A process that connected to this one and said HELLO, not yet given a rank.
+
+    Attributes:
+        conn: its connection to us (it dialled).
+        address: where it accepts connections (``tcp://host:port``).
+        pid: its process id on its own host.
+        key: its unique name in the job.
+        info: what it says about itself: ``host`` (host name), and optionally ``rank``
+            (asked for) and ``local_rank`` (its index on its host).
+    """
+
+    conn: Connection
+    address: str
+    pid: int
+    key: str
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Joins:
+    """The waiters for joining processes; every method runs on the loop thread."""
+
+    def __init__(self) -> None:
+        self._waiters: list[JoinWaiter] = []
+
+    def wait(self, waiter: JoinWaiter) -> Callable[[], None]:
+        """Offer every joining process to ``waiter`` (True: taken) until the returned
+        function is called."""
+        self._waiters.append(waiter)
+
+        def stop() -> None:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+
+        return stop
+
+    def offer(self, joined: Joined) -> None:
+        """A process joined: the first waiter that takes it has it; else it is sent away."""
+        for waiter in list(self._waiters):
+            if waiter(joined):
+                return
+        log.warning(
+            "sending away process %s (pid %s on %s): no mesh is waiting for it",
+            joined.key,
+            joined.pid,
+            joined.info.get("host", joined.address),
+        )
+        with contextlib.suppress(TransportClosed):
+            joined.conn.send([env.encode_header((env.SHUTDOWN,))])
+        joined.conn.close()
+
+
+class _Status:
+    # Stands in for the ``Popen`` of a local child: the exit status is set when the
+    # connection ends, since no exit status ever reaches us across hosts.
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdout = None
+        self.stderr = None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.returncode
+
+
+class RemoteProcess(ChildProcess):
+    """A worker on another host (or started by someone else), owned by this process.
+
+    Args:
+        joined: the process as it joined.
+        rank: its rank in its process mesh.
+        kill: called once when the owner kills it (the Ray actor holding it, say); the
+            connection is closed in any case, which ends the worker.
+    """
+
+    def __init__(self, joined: Joined, rank: int, kill: Callable[[], None] | None = None) -> None:
+        super().__init__(joined.key, rank, joined.address, _Status(joined.pid))  # type: ignore[arg-type]
+        self.conn = joined.conn
+        self.host = str(joined.info.get("host", ""))
+        self._kill = kill
+        self._on_exit: Callable[[ChildProcess], None] | None = None
+
+    def watch(self, loop: Any, on_exit: Callable[[ChildProcess], None]) -> None:
+        """Call ``on_exit`` on ``loop`` once the process is gone (its connection closed)."""
+        self._loop = loop
+        self._on_exit = on_exit
+        if self.conn.closed:
+            self.connection_lost()
+
+    def connection_lost(self) -> None:
+        """Its connection closed: the process is dead to us (loop thread)."""
+        status: _Status = self.popen  # type: ignore[assignment]
+        if status.returncode is not None:
+            return
+        status.returncode = 0 if self.stopping else 1
+        if self.death_note is None:
+            where = f"on {self.host} " if self.host else ""
+            self.death_note = (
+                f"{where}closed its connection (it exited, or its host is unreachable)"
+            )
+        if self._on_exit is not None and self._loop is not None:
+            self._loop.call_soon(self._on_exit, self)
+
+    def signal_group(self, sig: int) -> None:
+        """Any signal ends it: we close the connection (it exits when it sees that) and,
+        for a process someone else holds, have them kill it."""
+        self.conn.close()
+        kill, self._kill = self._kill, None
+        if kill is not None:
+            try:
+                kill()
+            except Exception:
+                log.exception("killing remote process %s failed", self.key)
+
+
+class _Placeholder:
+    # The "actor" an environment setup leaves behind until its mesh is stopped.
+
+    def __init__(self) -> None:
+        self.context = contextvars.copy_context()
+
+    def kind(self, endpoint: str) -> EndpointKind:
+        raise AttributeError(f"no endpoint {endpoint!r} here")
+
+    def invoke(self, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        raise AttributeError(f"no endpoint {endpoint!r} here")
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class EnvironmentSetup:
+    """Sets environment variables in a joined worker, before any actor is built there.
+
+    Sent in a SPAWN frame like an actor mesh's spawn spec (so the worker needs nothing
+    new): building rank ``r``'s "actor" updates ``os.environ`` with ``env[r]``. The owner
+    stops that mesh right after.
+    """
+
+    env: Mapping[int, Mapping[str, str]]
+
+    def actor(self, rank: int) -> tuple[Callable[[], _Placeholder], str, dict[str, int]]:
+        """``(factory, name, coordinates)`` as a spawn spec gives them."""
+        values = dict(self.env.get(rank, {}))
+
+        def factory() -> _Placeholder:
+            os.environ.update(values)
+            return _Placeholder()
+
+        return factory, "environment", {}
+
+
+def route_source(address: str) -> str:
+    """The local IP address that traffic to ``address`` (``tcp://host:port``) leaves from.
+
+    That is where peers on the way to ``address`` can reach this host. No packet is sent:
+    connecting a UDP socket only picks the route.
+    """
+    host, port = parse_tcp(address)
+    family, kind, proto, _, target = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.connect(target)
+        return str(probe.getsockname()[0])
