@@ -18,6 +18,7 @@ from . import _restart, _supervision
 from ._actor import Actor, SpawnSpec, endpoint_table
 from ._actor_mesh import ActorMesh, MeshRef
 from ._adverbs import _Gather
+from ._allocator import Allocator, LocalAllocator, ProcessSpec
 from ._core import ChildProcess, Runtime, dumps
 from ._core._envelope import SPAWN
 from ._exceptions import MeshStoppedError
@@ -33,9 +34,12 @@ T = TypeVar("T")
 class _Processes:
     """The processes of one process mesh, shared by all its slices."""
 
-    def __init__(self, name: str, children: list[ChildProcess]) -> None:
+    def __init__(
+        self, name: str, children: list[ChildProcess], allocator: Allocator | None = None
+    ) -> None:
         self.name = name
         self.children = children
+        self.allocator: Allocator = allocator or LocalAllocator()
         self.stopped = False
         self.meshes: list[str] = []
         self.restarter: _restart.Restarter | None = None
@@ -116,9 +120,8 @@ class ProcMesh:
             if state.mesh_id in processes.meshes:
                 state.stopped = True
         grace = runtime.config.stop_grace
-        return _from_concurrent(
-            runtime, runtime.submit(runtime.stop_processes(processes.children, grace))
-        )
+        stopping = processes.allocator.stop(runtime, processes.children, grace)
+        return _from_concurrent(runtime, runtime.submit(stopping))
 
     async def __aenter__(self) -> ProcMesh:
         return self
@@ -167,9 +170,10 @@ def proc_mesh(
     restart: _restart.RestartMode = "never",
     max_restarts: int = 3,
     restart_window: float = 60.0,
+    allocator: Allocator | None = None,
     **dims: int,
 ) -> Future[ProcMesh]:
-    """Start a mesh of worker processes on this host.
+    """Start a mesh of worker processes (on this host, unless an allocator says otherwise).
 
     ``proc_mesh(gpus=4)``, ``proc_mesh(hosts=2, gpus=4)`` or ``proc_mesh({"dp": 2, "tp": 2})``:
     dimension names are free (``gpus`` is just a name on a machine without GPUs). Each
@@ -188,9 +192,20 @@ def proc_mesh(
         max_restarts: restarts allowed per rank within ``restart_window`` seconds; a death
             beyond that is reported to the owner like any other.
         restart_window: the sliding window of ``max_restarts``, in seconds.
+        allocator: where the processes come from (`LocalAllocator`: subprocesses of this
+            one, the default; see ``actormesh.allocators`` for Ray clusters and processes
+            that join from other hosts).
         **dims: further named dimensions.
     """
     policy = _restart.RestartPolicy(restart, max_restarts, restart_window)
+    allocator = allocator or LocalAllocator()
+    if not isinstance(allocator, Allocator):
+        raise TypeError(f"allocator must have start() and stop() coroutines, not {allocator!r}")
+    if policy.mode != "never" and not isinstance(allocator, LocalAllocator):
+        raise ValueError(
+            f"restart={restart!r} needs processes this one starts on this host "
+            f"(LocalAllocator), not {allocator!r}"
+        )
     if shape is not None and (hosts is not None or gpus is not None or dims):
         raise TypeError("give the shape either as one mapping or as keyword dimensions, not both")
     if shape is None:
@@ -211,11 +226,13 @@ def proc_mesh(
             "ACTORMESH_WORLD_SIZE": str(len(mesh_shape)),
             "ACTORMESH_PROC_MESH": name,
         }
-        specs.append((f"{name}-{uuid.uuid4().hex[:8]}-{index}", index, process_env))
+        specs.append(
+            ProcessSpec(f"{name}-{uuid.uuid4().hex[:8]}-{index}", index, point, process_env)
+        )
 
     async def start() -> ProcMesh:
-        children = await runtime.start_processes(specs)
-        processes = _Processes(name, children)
+        children = await allocator.start(runtime, specs)
+        processes = _Processes(name, children, allocator)
         if policy.mode == "rank":
             processes.restarter = _restart.Restarter(runtime, processes, policy)
             _restart.install(runtime, processes.restarter)

@@ -313,6 +313,21 @@ class Runtime:
         listener.start()
         return listener.address
 
+    def use_secret(self, secret: str) -> None:
+        """Make ``secret`` the job's secret (before any worker or listener has another).
+
+        Raises:
+            ValueError: workers or TCP listeners of this process already use another one.
+        """
+        if secret == self.secret:
+            return
+        if self._tcp_listeners or self._children:
+            raise ValueError(
+                "this process already uses another job secret (its workers or listeners "
+                "have it); set ACTORMESH_SECRET before the first mesh instead"
+            )
+        self.secret = secret
+
     def _tcp_accepted(self, sock: Any) -> None:
         # On a listener thread, with the peer authenticated: reading starts on the loop.
         def start() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ._address import connect_address, is_tcp, unix_path
 from ._auth import AuthenticationError, new_secret
 from ._connection import Connection, TransportClosed
-from ._tcp import TcpListener, format_tcp, parse_tcp
+from ._tcp import TcpListener, connect_tcp, format_tcp, parse_tcp
 from ._unix import Listener, connect_unix, private_socket_dir
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "TcpListener",
     "TransportClosed",
     "connect_address",
+    "connect_tcp",
     "connect_unix",
     "format_tcp",
     "is_tcp",

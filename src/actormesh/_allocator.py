@@ -1,0 +1,76 @@
+"""Allocators: where the processes of a process mesh come from.
+
+``proc_mesh(..., allocator=...)`` asks its allocator for one process per rank; the
+allocator starts them (or waits for them) and hands them over joined to this process'
+runtime. The default, `LocalAllocator`, starts subprocesses on this host that talk over
+Unix sockets. Others (``actormesh.allocators``) place processes on a Ray cluster or accept
+processes started by a cluster scheduler; those talk over authenticated TCP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from ._core import ChildProcess, Runtime
+from ._shape import Point
+
+__all__ = ["Allocator", "LocalAllocator", "ProcessSpec"]
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process a process mesh needs.
+
+    Attributes:
+        key: its unique name in the job (workers introduce themselves by it).
+        rank: its flat rank in the process mesh.
+        point: its coordinates in the process mesh.
+        env: environment variables it must see (``ACTORMESH_RANK`` and friends, and the
+            ones given to ``proc_mesh(env=...)``).
+    """
+
+    key: str
+    rank: int
+    point: Point
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Allocator(Protocol):
+    """Gives a process mesh its processes, and takes them back.
+
+    Both methods are coroutines run on the runtime's event loop; they must not block it
+    (run blocking calls in a thread: replies from joining workers arrive on that loop).
+    """
+
+    async def start(self, runtime: Runtime, specs: Sequence[ProcessSpec]) -> list[ChildProcess]:
+        """Start one process per spec and return them, in order, joined to ``runtime``.
+
+        On failure nothing may be left running: stop what did start, then raise.
+        """
+        ...
+
+    async def stop(self, runtime: Runtime, processes: Sequence[ChildProcess], grace: float) -> None:
+        """Stop ``processes`` (given ``grace`` seconds to exit) and release what they held."""
+        ...
+
+
+class LocalAllocator:
+    """Subprocesses of this process, on this host, over Unix sockets (the default).
+
+    They die with this process (and their actors' children with them), restart in place
+    when the mesh asks for it, and share large buffers through shared memory.
+    """
+
+    async def start(self, runtime: Runtime, specs: Sequence[ProcessSpec]) -> list[ChildProcess]:
+        """Launch ``python -m actormesh._bootstrap`` per spec and wait until all joined."""
+        return await runtime.start_processes([(s.key, s.rank, dict(s.env)) for s in specs])
+
+    async def stop(self, runtime: Runtime, processes: Sequence[ChildProcess], grace: float) -> None:
+        """SHUTDOWN, then SIGTERM after ``grace`` seconds, then SIGKILL."""
+        await runtime.stop_processes(processes, grace)
+
+    def __repr__(self) -> str:
+        return "LocalAllocator()"

@@ -1,0 +1,138 @@
+"""The ``actormesh`` command: ``actormesh worker --join HOST:PORT`` joins a controller.
+
+A cluster launcher runs it on every node (``srun actormesh worker --join head:29600``,
+``torchrun ... -m actormesh._cli worker --join ...``); the controller's
+``proc_mesh(..., allocator=ExternalAllocator(listen=...))`` waits for the processes and
+gives them their ranks. The job's secret comes from ``ACTORMESH_SECRET`` or
+``--secret-file``; without it no connection is made.
+
+The worker keeps trying to reach the controller for ``--wait`` seconds (it may start
+first), then serves its actors until the controller stops the mesh or goes away.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._config import Config
+from ._transport import AuthenticationError, connect_tcp, format_tcp, parse_tcp
+
+__all__ = ["main"]
+
+_RETRY_INTERVAL = 0.5
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="actormesh", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    worker = commands.add_parser(
+        "worker",
+        help="run a worker process that joins a controller",
+        description="Join the controller listening at HOST:PORT and serve its actors.",
+    )
+    worker.add_argument("--join", required=True, metavar="HOST:PORT", help="the controller")
+    worker.add_argument(
+        "--secret-file",
+        type=Path,
+        help="file holding the job's secret (default: the ACTORMESH_SECRET variable)",
+    )
+    worker.add_argument(
+        "--rank",
+        type=int,
+        default=_int_env("RANK", "SLURM_PROCID"),
+        help="rank to ask for (default: $RANK or $SLURM_PROCID; else ranks go host by host)",
+    )
+    worker.add_argument(
+        "--local-rank",
+        type=int,
+        default=_int_env("LOCAL_RANK", "SLURM_LOCALID"),
+        help="index of this process on its host (default: $LOCAL_RANK or $SLURM_LOCALID)",
+    )
+    worker.add_argument(
+        "--listen-host",
+        help="interface to accept peers on (default: the one that reaches the controller)",
+    )
+    worker.add_argument(
+        "--wait",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to keep trying to reach the controller (default: 60)",
+    )
+    return parser
+
+
+def _int_env(*names: str) -> int | None:
+    # The launcher's own variables (torchrun, SLURM), not actormesh settings.
+    for name in names:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def _reach(host: str, port: int, secret: str, wait: float) -> None:
+    """Wait until the controller accepts us (the secret checked), or fail clearly."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            connect_tcp(host, port, secret=secret, timeout=max(1.0, min(10.0, wait))).close()
+            return
+        except AuthenticationError:
+            raise
+        except OSError as error:
+            if time.monotonic() >= deadline:
+                raise OSError(f"no controller at {host}:{port} after {wait:g} s: {error}") from None
+        time.sleep(_RETRY_INTERVAL)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    # Flags become settings the way every setting arrives: through Config's variables.
+    if args.secret_file is not None:
+        os.environ["ACTORMESH_SECRET"] = args.secret_file.read_text().strip()
+    if args.listen_host:
+        os.environ["ACTORMESH_LISTEN_HOST"] = args.listen_host
+    config = Config.from_env()
+    if not config.secret:
+        print(
+            "actormesh worker: no secret; set ACTORMESH_SECRET or pass --secret-file",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        host, port = parse_tcp(args.join)
+        _reach(host, port, config.secret, args.wait)
+    except (ValueError, OSError) as error:
+        print(f"actormesh worker: cannot join {args.join}: {error}", file=sys.stderr)
+        return 2 if isinstance(error, ValueError | AuthenticationError) else 1
+    hostname = socket.gethostname()
+    key = f"join-{hostname}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    info = {"host": hostname, "rank": args.rank, "local_rank": args.local_rank}
+    from ._bootstrap import serve
+    from ._exceptions import ActorDiedError
+
+    try:
+        serve(key, format_tcp(host, port), info, own_group=False)
+    except ActorDiedError as error:  # the controller went away between probe and join
+        print(f"actormesh worker: cannot join {args.join}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``actormesh`` command line; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if args.command == "worker":
+        return _worker(args)
+    raise AssertionError(f"unknown command {args.command!r}")  # argparse refuses it first
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""``ExternalAllocator``: processes started by someone else join the controller's mesh.
+
+A cluster scheduler (SLURM's ``srun``, ``torchrun``, a Kubernetes job, a shell loop over
+``ssh``) starts ``actormesh worker --join HOST:PORT`` on every node; the controller, in
+``proc_mesh(..., allocator=ExternalAllocator(...))``, listens at ``HOST:PORT`` and waits
+until the mesh's number of processes has joined. Every connection proves the job's secret
+first. Ranks follow the rank each process asks for (``--rank``, or the launcher's
+``RANK`` / ``SLURM_PROCID``), else host by host.
+
+The processes belong to the mesh from then on: stopping the mesh (or the controller going
+away, however it ends) closes their connections, and they exit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._allocator import ProcessSpec
+from .._core import ChildProcess, Runtime
+from .._transport import parse_tcp
+from ._joining import JoinWait, join_order, set_environment
+
+__all__ = ["ExternalAllocator"]
+
+DEFAULT_PORT = 29600
+
+
+class ExternalAllocator:
+    """Processes that join by themselves (``actormesh worker --join HOST:PORT``).
+
+    Args:
+        listen: ``"host:port"`` to accept joining processes on. The default listens on
+            loopback only; use ``"0.0.0.0:29600"`` (or one interface's address) so that
+            other hosts can join.
+        secret: the job's secret, which every joining process must know (give it to them
+            in ``ACTORMESH_SECRET`` or ``--secret-file``). ``None``: this process' secret,
+            ``ACTORMESH_SECRET`` if set.
+        timeout: seconds to wait for all processes to join (``None``:
+            ``Config.spawn_timeout``).
+
+    Example::
+
+        procs = await proc_mesh(
+            hosts=2, gpus=8, allocator=ExternalAllocator(listen="0.0.0.0:29600", secret=s)
+        )
+    """
+
+    def __init__(
+        self,
+        listen: str = f"127.0.0.1:{DEFAULT_PORT}",
+        *,
+        secret: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self.host, self.port = parse_tcp(listen)
+        if secret is not None and not secret:
+            raise ValueError("the secret must not be empty")
+        self._secret = secret
+        self._timeout = timeout
+        self.address: str | None = None  # where it listens, once a mesh asked for processes
+
+    async def start(self, runtime: Runtime, specs: Sequence[ProcessSpec]) -> list[ChildProcess]:
+        """Listen, wait for ``len(specs)`` processes to join, and give them their ranks."""
+        if self._secret is not None:
+            runtime.use_secret(self._secret)
+        self.address = runtime.listen_tcp(self.host, self.port)
+        timeout = runtime.config.spawn_timeout if self._timeout is None else self._timeout
+        waiting = JoinWait(runtime, len(specs))
+        try:
+            joined = await waiting.wait(timeout, f"at {self.address}")
+        except BaseException:
+            waiting.close()
+            raise
+        children: list[ChildProcess] = [
+            runtime.adopt(j, spec.rank) for j, spec in zip(join_order(joined), specs)
+        ]
+        try:
+            await set_environment(runtime, children, [s.env for s in specs], timeout)
+        except BaseException:
+            await runtime.stop_processes(children, grace=0.0)
+            raise
+        return children
+
+    async def stop(self, runtime: Runtime, processes: Sequence[ChildProcess], grace: float) -> None:
+        """Ask the processes to exit, and close their connections (which ends them)."""
+        await runtime.stop_processes(processes, grace)
+
+    def __repr__(self) -> str:
+        return f"ExternalAllocator(listen={self.host}:{self.port})"

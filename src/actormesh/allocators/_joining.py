@@ -1,0 +1,165 @@
+"""What allocators of remote processes share: waiting for joins, ordering, environments.
+
+Remote processes dial the controller and say HELLO; the runtime hands each one it did not
+start to the waiters registered with ``runtime.joins``. `JoinWait` is such a waiter: it
+collects the processes an allocator expects (by key, or any ``count`` of them) and lets
+the allocator await them with a timeout. Everything here runs on the runtime's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .._core import ChildProcess, Runtime, dumps
+from .._core._envelope import SHUTDOWN, SPAWN, STOP_MESH, encode_header, error_from_payload
+from .._core._remote import EnvironmentSetup, Joined
+from .._exceptions import ActorDiedError
+from .._transport import Connection, TransportClosed
+
+__all__ = ["JoinWait", "join_order", "set_environment"]
+
+
+class JoinWait:
+    """Collects joining processes for one allocation.
+
+    Args:
+        runtime: the controller's runtime.
+        count: how many to collect.
+        accept: which joining processes are ours (default: any).
+    """
+
+    def __init__(
+        self, runtime: Runtime, count: int, accept: Callable[[Joined], bool] | None = None
+    ) -> None:
+        self._runtime = runtime
+        self._count = count
+        self._accept = accept or (lambda joined: True)
+        self.joined: list[Joined] = []
+        self._full: asyncio.Event = asyncio.Event()
+        self._stop = runtime.joins.wait(self._take)
+
+    def _take(self, joined: Joined) -> bool:
+        if self._full.is_set() or not self._accept(joined):
+            return False
+        self.joined.append(joined)
+        self._prune()
+        return True
+
+    def _prune(self) -> None:
+        # A process that left before the allocation was complete does not count.
+        self.joined = [j for j in self.joined if not j.conn.closed]
+        if len(self.joined) >= self._count:
+            self._full.set()
+
+    async def wait(self, timeout: float | None, what: str) -> list[Joined]:
+        """The processes, once ``count`` live ones joined; stops taking more.
+
+        Raises:
+            TimeoutError: fewer joined within ``timeout`` seconds (``what`` says where
+                they were expected to join).
+        """
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        while True:
+            left = None if deadline is None else deadline - asyncio.get_running_loop().time()
+            try:
+                await asyncio.wait_for(self._full.wait(), left)
+            except TimeoutError:
+                self._prune()
+                raise TimeoutError(
+                    f"{len(self.joined)} of {self._count} processes joined {what} "
+                    f"within {timeout:g} s"
+                ) from None
+            self._prune()  # one may have left just as the last one came
+            if self._full.is_set():
+                self._stop()
+                return self.joined
+            self._full.clear()
+
+    def close(self, send_away: bool = True) -> None:
+        """Stop taking processes; with ``send_away``, tell the collected ones to exit."""
+        self._stop()
+        if send_away:
+            for joined in self.joined:
+                with contextlib.suppress(TransportClosed):
+                    joined.conn.send([encode_header((SHUTDOWN,))])
+                joined.conn.close()
+
+
+def join_order(joined: Sequence[Joined]) -> list[Joined]:
+    """Processes in rank order: by the rank each asked for, then host by host.
+
+    Processes that ask for no rank come after those that do, grouped by host and ordered
+    by their index on the host, so the ``hosts`` dimension of a mesh falls on real hosts
+    when each host contributes the same number of processes.
+    """
+
+    def key(j: Joined) -> tuple[Any, ...]:
+        rank = j.info.get("rank")
+        local = j.info.get("local_rank")
+        return (
+            rank is None,
+            rank if rank is not None else 0,
+            str(j.info.get("host", "")),
+            j.address.rpartition(":")[0],
+            local if local is not None else 0,
+            j.pid,
+        )
+
+    return sorted(joined, key=key)
+
+
+class _Replies:
+    """Waits for one reply per rank to a SPAWN; a lost connection fails it."""
+
+    def __init__(self, conns: Mapping[Connection, int]) -> None:
+        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._conns = conns
+        self._left = set(conns.values())
+
+    def on_reply(self, rank: int, ok: bool, parts: list[memoryview]) -> bool:
+        if not ok and not self.future.done():
+            self.future.set_exception(error_from_payload(parts[0]))
+        self._left.discard(rank)
+        if not self._left and not self.future.done():
+            self.future.set_result(None)
+        return not self._left
+
+    def on_lost(self, conn: Connection, reason: str) -> bool:
+        rank = self._conns.get(conn)
+        if rank is None or rank not in self._left:
+            return False
+        if not self.future.done():
+            self.future.set_exception(ActorDiedError(reason, reason=reason))
+        return True
+
+
+async def set_environment(
+    runtime: Runtime,
+    children: Sequence[ChildProcess],
+    envs: Sequence[Mapping[str, str]],
+    timeout: float,
+) -> None:
+    """Set ``envs[i]`` in the environment of ``children[i]`` before actors are built there.
+
+    Processes that joined by themselves started without their mesh coordinates; this
+    gives them what a locally started worker inherits (see ``EnvironmentSetup``).
+    """
+    setup = EnvironmentSetup({c.rank: dict(e) for c, e in zip(children, envs)})
+    payload, buffers = dumps(setup)
+    mesh_id = f"environment-{uuid.uuid4().hex[:12]}"
+    conns = {runtime.connection(c.listen_path): c.rank for c in children}
+    replies = _Replies(conns)
+    req_id = runtime.register(replies)
+    try:
+        for conn, rank in conns.items():
+            runtime.send(conn, (SPAWN, req_id, mesh_id, (rank,)), [payload, *buffers])
+        await asyncio.wait_for(replies.future, timeout)
+    finally:
+        runtime.forget(req_id)
+        for conn in conns:
+            with contextlib.suppress(TransportClosed):
+                conn.send([encode_header((STOP_MESH, 0, mesh_id))])
