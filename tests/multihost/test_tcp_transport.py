@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from queue import SimpleQueue
 
 import pytest
+from multihost_support import closed_on_us
 
 from actormesh._transport import (
     AuthenticationError,
@@ -151,7 +152,7 @@ def test_a_peer_that_skips_the_handshake_is_dropped_before_its_bytes_are_read(
     try:
         raw.sendall(b"\x01\x00\x00\x00" + b"x" * 60)
         raw.settimeout(5)
-        assert _closed_on_us(raw)  # with nothing handed to the runtime
+        assert closed_on_us(raw)  # with nothing handed to the runtime
     finally:
         raw.close()
     assert accepted.sockets.empty()
@@ -165,18 +166,10 @@ def test_a_peer_that_stalls_in_the_handshake_is_dropped_after_the_timeout(
     try:
         raw.sendall(MAGIC)  # half a greeting, then silence
         raw.settimeout(10)
-        assert _closed_on_us(raw)  # the listener gave up on us (its timeout is 2 s)
+        assert closed_on_us(raw)  # the listener gave up on us (its timeout is 2 s)
     finally:
         raw.close()
     assert accepted.sockets.empty()
-
-
-def _closed_on_us(sock: socket.socket) -> bool:
-    # Unread bytes on the other side turn its close into a reset: either way, it is closed.
-    try:
-        return sock.recv(100) == b""
-    except ConnectionResetError:
-        return True
 
 
 def _one_shot_server(handshake: object) -> tuple[int, threading.Thread]:

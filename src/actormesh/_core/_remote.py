@@ -9,7 +9,7 @@ holds up its end of the bargain: it exits when its owner's connection closes.
 
 Who waits for a process to join is up to the allocator that asked for it: ``Joins`` hands
 each HELLO from a process this runtime did not start to the waiters in turn; a process
-nobody waits for is sent away.
+nobody waits for yet waits in a lobby for the next one.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._transport import Connection, TransportClosed, parse_tcp
-from . import _envelope as env
+from .._transport import Connection, parse_tcp
 from ._mailbox import EndpointKind
 from ._process import ChildProcess
 
@@ -62,15 +61,27 @@ class Joined:
 
 
 class Joins:
-    """The waiters for joining processes; every method runs on the loop thread."""
+    """The waiters for joining processes, and a lobby; every method runs on the loop thread.
+
+    A process that joins while no waiter takes it waits in the lobby (a cluster may start
+    workers before the controller asks for its mesh); each new waiter is offered the
+    lobby first, in joining order. A lobby process whose connection closes is forgotten.
+    """
 
     def __init__(self) -> None:
         self._waiters: list[JoinWaiter] = []
+        self._lobby: list[Joined] = []
 
     def wait(self, waiter: JoinWaiter) -> Callable[[], None]:
-        """Offer every joining process to ``waiter`` (True: taken) until the returned
-        function is called."""
+        """Offer joining processes to ``waiter`` (it returns True for those it takes),
+        those in the lobby first, until the returned function is called."""
         self._waiters.append(waiter)
+        waiting, self._lobby = self._lobby, []
+        for joined in waiting:
+            if joined.conn.closed:
+                continue
+            if waiter not in self._waiters or not waiter(joined):
+                self._lobby.append(joined)
 
         def stop() -> None:
             with contextlib.suppress(ValueError):
@@ -79,19 +90,23 @@ class Joins:
         return stop
 
     def offer(self, joined: Joined) -> None:
-        """A process joined: the first waiter that takes it has it; else it is sent away."""
+        """A process joined: the first waiter that takes it has it; else it waits."""
         for waiter in list(self._waiters):
             if waiter(joined):
                 return
-        log.warning(
-            "sending away process %s (pid %s on %s): no mesh is waiting for it",
+        self._lobby = [j for j in self._lobby if not j.conn.closed]
+        self._lobby.append(joined)
+        log.info(
+            "process %s (pid %s on %s) joined; it waits for a mesh to ask for it",
             joined.key,
             joined.pid,
             joined.info.get("host", joined.address),
         )
-        with contextlib.suppress(TransportClosed):
-            joined.conn.send([env.encode_header((env.SHUTDOWN,))])
-        joined.conn.close()
+
+    def waiting(self) -> list[Joined]:
+        """The processes in the lobby."""
+        self._lobby = [j for j in self._lobby if not j.conn.closed]
+        return list(self._lobby)
 
 
 class _Status:

@@ -7,8 +7,10 @@ until the mesh's number of processes has joined. Every connection proves the job
 first. Ranks follow the rank each process asks for (``--rank``, or the launcher's
 ``RANK`` / ``SLURM_PROCID``), else host by host.
 
-The processes belong to the mesh from then on: stopping the mesh (or the controller going
-away, however it ends) closes their connections, and they exit.
+Processes that join before a mesh asks for them wait for it (in joining order), so one
+allocator can serve several meshes in turn. The processes belong to a mesh from then on:
+stopping the mesh (or the controller going away, however it ends) closes their
+connections, and they exit.
 """
 
 from __future__ import annotations
@@ -58,12 +60,32 @@ class ExternalAllocator:
         self._secret = secret
         self._timeout = timeout
         self.address: str | None = None  # where it listens, once a mesh asked for processes
+        self._effective_secret: str | None = None
 
-    async def start(self, runtime: Runtime, specs: Sequence[ProcessSpec]) -> list[ChildProcess]:
-        """Listen, wait for ``len(specs)`` processes to join, and give them their ranks."""
+    def listen(self) -> str:
+        """Start accepting joining processes now; returns the address to give them.
+
+        ``proc_mesh`` does this itself; call it first to learn the port when you asked
+        for port 0, or to let processes join before the mesh is asked for (they wait).
+        """
+        return self._listen(Runtime.get())
+
+    def _listen(self, runtime: Runtime) -> str:
         if self._secret is not None:
             runtime.use_secret(self._secret)
         self.address = runtime.listen_tcp(self.host, self.port)
+        self.port = parse_tcp(self.address)[1]  # the real one, if 0 was asked for
+        self._effective_secret = runtime.secret
+        return self.address
+
+    @property
+    def secret(self) -> str | None:
+        """The secret joining processes must know (once listening; ``None`` before)."""
+        return self._effective_secret
+
+    async def start(self, runtime: Runtime, specs: Sequence[ProcessSpec]) -> list[ChildProcess]:
+        """Listen, wait for ``len(specs)`` processes to join, and give them their ranks."""
+        self._listen(runtime)
         timeout = runtime.config.spawn_timeout if self._timeout is None else self._timeout
         waiting = JoinWait(runtime, len(specs))
         try:

@@ -1,0 +1,62 @@
+"""Actor classes for the multi-host tests (workers import them by module name)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from typing import Any
+
+from actormesh import Actor, ActorMesh, current_rank, endpoint
+from actormesh._core import Runtime
+
+
+def _established_peers() -> set[str]:
+    """IPv4 addresses of the peers of this network namespace's established TCP sockets."""
+    peers = set()
+    with open("/proc/self/net/tcp", encoding="ascii") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            remote, state = fields[2], fields[3]
+            if state != "01":  # ESTABLISHED
+                continue
+            packed = bytes.fromhex(remote.split(":")[0])
+            peers.add(socket.inet_ntoa(packed[::-1]))
+    return peers
+
+
+class Where(Actor):
+    """Says where it runs and relays calls to other meshes."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    @endpoint
+    def where(self) -> dict[str, Any]:
+        runtime = Runtime.current()
+        return {
+            "pid": os.getpid(),
+            "address": runtime.address if runtime else None,
+            "rank": current_rank().rank,
+            "env_rank": os.environ.get("ACTORMESH_RANK"),
+            "env_coords": os.environ.get("ACTORMESH_COORDS"),
+            "env_size": os.environ.get("ACTORMESH_WORLD_SIZE"),
+            "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
+
+    @endpoint
+    def peers(self) -> set[str]:
+        return _established_peers()
+
+    @endpoint
+    def call_other(self, other: ActorMesh[Where], coords: dict[str, int]) -> dict[str, Any]:
+        """Call the actor of ``other`` at ``coords``, from here (actor to actor)."""
+        value: dict[str, Any] = other.slice(**coords).where.call_one().get(timeout=20)
+        return value
+
+    @endpoint
+    def block(self) -> str:
+        """Holds the call until the process dies (the test kills it)."""
+        self.release.wait(60)
+        return "released"
