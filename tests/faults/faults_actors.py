@@ -58,7 +58,9 @@ class Worker(Actor):
         return seconds
 
     @endpoint
-    async def block_loop(self, seconds: float) -> float:
+    async def block_loop(self, seconds: float, marker: str = "") -> float:
+        if marker:
+            Path(marker).touch()  # tell the test the loop is blocked from now on
         time.sleep(seconds)  # a badly written async endpoint: the worker's loop stalls
         return seconds
 

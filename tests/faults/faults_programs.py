@@ -12,8 +12,10 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from faults_actors import BadReturns, Supervisor, Worker
@@ -120,8 +122,11 @@ def stop_escalation() -> dict[str, Any]:
     """A worker whose loop is blocked ignores SHUTDOWN and SIGTERM: stop() SIGKILLs it."""
     procs = proc_mesh(gpus=2).get(timeout=30)
     mesh = procs.spawn("stuck", Worker).get(timeout=30)
-    pending = mesh.slice(gpus=1).block_loop.call_one(60)
-    mesh.slice(gpus=0).echo.call_one(1).get(timeout=10)
+    marker = Path(tempfile.mkdtemp()) / "blocked"
+    pending = mesh.slice(gpus=1).block_loop.call_one(60, str(marker))
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the worker has no other way to say its loop is blocked now
     started = time.monotonic()
     procs.stop().get(timeout=30)
     took = time.monotonic() - started
