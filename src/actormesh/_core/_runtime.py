@@ -176,6 +176,8 @@ class Runtime:
         _Delivery.max_bytes = config.max_message_bytes
         self.loop = loop
         self.key = key
+        # Workers started here share their owner's directory; others make their own.
+        self._own_socket_dir = not os.environ.get("ACTORMESH_SOCKET_DIR")
         self.socket_dir = os.environ.get("ACTORMESH_SOCKET_DIR") or private_socket_dir(
             config.socket_dir
         )
@@ -895,6 +897,9 @@ class Runtime:
         if self._listener is not None:
             self._listener.close()
         self._close_tcp_listeners()
+        if self._own_socket_dir:  # a worker on another host, say: nobody else removes it
+            with contextlib.suppress(OSError):
+                os.rmdir(self.socket_dir)
         self.loop.stop()
 
     def shutdown(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -144,10 +145,14 @@ class RayAllocator:
                 await asyncio.to_thread(placement.release)
             raise
         by_key = {j.key: j for j in joined}
-        children: list[ChildProcess] = [
-            runtime.adopt(by_key[spec.key], spec.rank, kill=placement.killer(index))
-            for index, spec in enumerate(specs)
-        ]
+        children: list[ChildProcess] = []
+        for index, spec in enumerate(specs):
+            # Name the Ray node in messages about the process ("... on Ray node 10.0.0.5").
+            node = placement.where[index].get("node", "?")
+            on_node = dataclasses.replace(
+                by_key[spec.key], info={**by_key[spec.key].info, "host": f"Ray node {node}"}
+            )
+            children.append(runtime.adopt(on_node, spec.rank, kill=placement.killer(index)))
         if children:
             self._placements[children[0].key] = placement
         return children
