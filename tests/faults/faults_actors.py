@@ -93,6 +93,24 @@ class Worker(Actor):
         return int(out.stdout.strip())
 
     @endpoint
+    def start_short_daemon(self, seconds: float) -> int:
+        """A daemon (new session, its parent gone) that exits after ``seconds``: adopted."""
+        out = subprocess.run(
+            ["sh", "-c", f"setsid sleep {seconds} >/dev/null 2>&1 & echo $!"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(out.stdout.strip())
+
+    @endpoint
+    def own_child_exit_code(self, code: int, wait_before: float) -> int | None:
+        """Start a child that exits with ``code``; collect it only after ``wait_before``."""
+        child = subprocess.Popen(["sh", "-c", f"exit {code}"])
+        time.sleep(wait_before)  # the worker's reaper runs meanwhile: it must not take it
+        return child.wait()
+
+    @endpoint
     def lock(self) -> Any:
         return threading.Lock()  # cannot be pickled
 

@@ -8,8 +8,9 @@ to the worker instead of to init. So every descendant stays findable by walking
 Adopted processes are the worker's children now, so their exit statuses are the worker's
 to collect: ``OrphanReaper`` reaps them. It must never reap a child the actor code started
 itself (that would steal the exit status its ``subprocess.Popen`` waits for), so it only
-reaps children it has *seen being adopted*: a child that was not there at the previous
-look but is older than that look cannot be one the worker just started.
+reaps children it can tell were adopted (see the class). An adopted process it cannot
+tell apart (same session, born and orphaned within one look) stays a zombie until the
+worker exits.
 
 The owner side uses ``kill_tagged``: when a worker died too abruptly to clean up (SIGKILL),
 the processes it started still carry its ``ACTORMESH_KEY`` in their environment.
@@ -48,8 +49,8 @@ def become_subreaper() -> bool:
 def _stat_fields(pid: int) -> list[bytes] | None:
     """Fields of ``/proc/<pid>/stat`` after the command name.
 
-    Index 0 is the state, 1 the parent, 2 the process group, 19 the start time in clock
-    ticks since boot (proc(5) numbers them from 3).
+    Index 0 is the state, 1 the parent, 2 the process group, 3 the session, 19 the start
+    time in clock ticks since boot (proc(5) numbers them from 3).
     """
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
@@ -135,25 +136,30 @@ def _uptime_ticks() -> float:
 class OrphanReaper:
     """Reaps the zombies of processes this (subreaper) process adopted; see the module doc.
 
-    Call ``tick()`` now and then (the worker does so every second on its loop).
+    A new child counts as adopted when it was seen deeper in the tree before (a
+    grandchild whose parent died), when it is older than the previous look (so it was
+    someone else's child then), or when it runs in another session (a daemon: the actor
+    code's own children share the worker's session unless started with a new one). Call
+    ``tick()`` now and then (the worker does so every second on its loop).
     """
 
     def __init__(self) -> None:
         self._me = os.getpid()
+        self._session = os.getsid(0)
         self._known: set[int] = set(children_of(self._me))
+        self._below: set[int] = set()  # descendants that were not our children
         self._adopted: set[int] = set()
         self._last_look = _uptime_ticks()
 
     def tick(self) -> int:
         """Reap the adopted children that have exited; returns how many."""
         now = _uptime_ticks()
+        tree = descendants_of(self._me)
         children = set(children_of(self._me))
-        reaped = 0
         for pid in children - self._known:
-            fields = _stat_fields(pid)
-            # Started before the previous look, yet not our child then: adopted since.
-            if fields is not None and len(fields) > 19 and int(fields[19]) < self._last_look:
+            if pid in self._below or self._looks_adopted(pid):
                 self._adopted.add(pid)
+        reaped = 0
         for pid in list(self._adopted):
             state = process_state(pid)
             if state is None:
@@ -164,5 +170,13 @@ class OrphanReaper:
                 self._adopted.discard(pid)
                 reaped += 1
         self._known = children
+        self._below = set(tree) - children
         self._last_look = now
         return reaped
+
+    def _looks_adopted(self, pid: int) -> bool:
+        fields = _stat_fields(pid)
+        if fields is None or len(fields) <= 19:
+            return False
+        older = int(fields[19]) < self._last_look
+        return older or int(fields[3]) != self._session
