@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from typing import Any
 
 from actormesh import Actor, ActorMesh, current_rank, endpoint
@@ -54,6 +55,11 @@ class Where(Actor):
         """Call the actor of ``other`` at ``coords``, from here (actor to actor)."""
         value: dict[str, Any] = other.slice(**coords).where.call_one().get(timeout=20)
         return value
+
+    @endpoint
+    async def freeze_loop(self, seconds: float) -> None:
+        """Block this process' event loop for ``seconds`` (call it with ``broadcast``)."""
+        time.sleep(seconds)
 
     @endpoint
     def block(self) -> str:

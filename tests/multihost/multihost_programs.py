@@ -1,8 +1,9 @@
 """Controller programs the multi-host tests run as their own processes.
 
-``python multihost_programs.py controller LISTEN COUNT`` waits for COUNT processes to join
-at LISTEN (secret from ``ACTORMESH_SECRET``), spawns an actor in each, prints ``READY``
-and the workers' pids as JSON, then sleeps until killed.
+``python multihost_programs.py controller LISTEN COUNT [frozen]`` waits for COUNT processes
+to join at LISTEN (secret from ``ACTORMESH_SECRET``), spawns an actor in each, prints
+``READY`` and the workers' pids as JSON, then sleeps until killed. With ``frozen``, it
+first blocks every worker's event loop and checks that they no longer answer.
 """
 
 from __future__ import annotations
@@ -13,18 +14,27 @@ import time
 
 from multihost_actors import Where
 
-from actormesh import proc_mesh
+from actormesh import CallTimeoutError, proc_mesh
 from actormesh.allocators import ExternalAllocator
 
 
-def controller(listen: str, count: int) -> None:
+def controller(listen: str, count: int, frozen: bool) -> None:
     procs = proc_mesh(count, allocator=ExternalAllocator(listen, timeout=60)).get(timeout=90)
     where = procs.spawn("where", Where).get(timeout=30)
     pids = [value["pid"] for value in where.where.call().get(timeout=30).values()]
+    if frozen:
+        where.freeze_loop.broadcast(300)
+        try:
+            where.where.call().get(timeout=2)
+        except CallTimeoutError:
+            pass  # stuck, as wanted: only a thread of theirs can notice we are gone
+        else:
+            print("NOT FROZEN", flush=True)
+            return
     print("READY", json.dumps(pids), flush=True)
     time.sleep(600)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "controller":
-        controller(sys.argv[2], int(sys.argv[3]))
+        controller(sys.argv[2], int(sys.argv[3]), sys.argv[4:] == ["frozen"])

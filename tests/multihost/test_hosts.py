@@ -145,11 +145,14 @@ def test_stopping_a_mesh_ends_its_remote_workers(network: Network) -> None:
     assert not {worker.pid for worker in workers} & set(left)
 
 
-def test_remote_workers_exit_when_their_controller_is_killed(network: Network) -> None:
+@pytest.mark.parametrize("state", ["idle", "frozen"])
+def test_remote_workers_exit_when_their_controller_is_killed(network: Network, state: str) -> None:
+    # Frozen: their event loops are blocked, so only their watch on the socket can act.
     secret = os.urandom(16).hex()
     listen = f"{network.controller_ip}:{_free_port(network.controller_ip)}"
+    program = [sys.executable, str(Path(HERE, "multihost_programs.py")), "controller"]
     controller = subprocess.Popen(
-        [sys.executable, str(Path(HERE, "multihost_programs.py")), "controller", listen, "2"],
+        [*program, listen, "2", *(["frozen"] if state == "frozen" else [])],
         env={**os.environ, "ACTORMESH_SECRET": secret},
         stdout=subprocess.PIPE,
         text=True,
