@@ -102,7 +102,7 @@ class ProcMesh:
         payload, buffers = dumps(spec)
         self._processes.meshes.append(ref.mesh_id)
         if self._processes.restarter is not None:
-            self._processes.restarter.spawned[ref.mesh_id] = (mesh, spec)
+            self._processes.restarter.remember(mesh, spec)
         request = _Spawn(mesh)
         request.send([(path, ranks, [payload, *buffers]) for path, ranks in mesh._routes()])
         return request.future

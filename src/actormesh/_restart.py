@@ -85,7 +85,9 @@ class Restarter:
 
     def decide(self, child: ChildProcess) -> bool:
         """Called when ``child`` died: True (and a restart is started) if within budget."""
-        if self.processes.stopped:
+        # A replacement that dies before joining is not in the list yet: the restart
+        # under way reports that failure itself.
+        if self.processes.stopped or child not in self.processes.children:
             return False
         now = time.monotonic()
         history = self._history.setdefault(child.rank, deque())
@@ -123,6 +125,13 @@ class Restarter:
         if problems:
             self._failed(child, "; ".join(problems))
         self.runtime.end_relaunch(path, None)
+
+    def remember(self, mesh: ActorMesh[Any], spec: SpawnSpec) -> None:
+        """Keep ``mesh``'s spawn to rebuild it after restarts (and forget stopped ones)."""
+        for mesh_id, (known, _) in list(self.spawned.items()):
+            if known._state.stopped:
+                del self.spawned[mesh_id]
+        self.spawned[mesh._ref.mesh_id] = (mesh, spec)
 
     async def _rebuild(self, path: str) -> list[str]:
         """Spawn every live actor mesh again at the ranks hosted by ``path``."""
