@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from . import autograd as autograd
 from . import functions as functions
+from ._api import _get_debug_info as _get_debug_info
+from ._api import _set_rpc_timeout as _set_rpc_timeout
 from ._api import get_rpc_timeout as get_rpc_timeout
 from ._api import get_worker_info as get_worker_info
 from ._api import init_rpc as init_rpc

@@ -34,7 +34,7 @@ from ._options import (
 from ._rendezvous import Member, RendezvousError, parse_init_method, rendezvous
 from ._replies import decode_reply
 from ._rref import RRef
-from ._rref_table import ForkTable, OwnerEntry, OwnerTable, forks
+from ._rref_table import ForkTable, OwnerEntry, OwnerTable, forks, owners
 from ._shutdown import Board, graceful_shutdown, start_watches, teardown
 from ._state import RpcState, current, current_or_none, set_current
 from ._wire import EncodeSession, encode
@@ -90,6 +90,8 @@ def init_rpc(
         RpcTimeoutError: not every worker arrived within ``rpc_timeout``.
         RuntimeError: RPC is already initialized in this process.
     """
+    if current_or_none() is not None:
+        raise RuntimeError("RPC is already initialized in this process")
     name = check_worker_name(name)
     if backend is not None and getattr(backend, "name", None) != BackendType.TENSORPIPE.name:
         raise TypeError(f"unsupported RPC backend {backend!r}; use BackendType.TENSORPIPE")
@@ -251,6 +253,21 @@ def get_worker_info(worker_name: str | int | None = None) -> WorkerInfo:
 def get_rpc_timeout() -> float:
     """The default RPC timeout in seconds (0: no limit)."""
     return current().rpc_timeout
+
+
+def _get_debug_info() -> dict[str, int]:
+    """Counts of this worker's RPC bookkeeping (for tests and debugging)."""
+    state = current()
+    owned = owners(state)
+    users = forks(state)
+    with owned._lock, users._lock:
+        return {
+            "num_owner_rrefs": len(owned.entries),
+            "num_forks": len(users.forks),
+            "num_pending_children": sum(len(f.pending) for f in users.forks.values()),
+            "num_autograd_contexts": len(engine(state).contexts),
+            "num_gone_workers": len(state.gone),
+        }
 
 
 def _set_rpc_timeout(rpc_timeout: float) -> None:

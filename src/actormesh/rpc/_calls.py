@@ -87,7 +87,8 @@ class Call:
     def on_lost(self, conn: Connection, reason: str) -> bool:
         if conn is not self.conn:
             return False
-        self.finish(False, WorkerDiedError(f"{self.what} failed: {reason}", reason=reason))
+        message = f"{self.what} failed: the worker died or became unreachable ({reason})"
+        self.finish(False, WorkerDiedError(message, reason=reason))
         return True
 
     # -- outcomes -------------------------------------------------------------------------

@@ -196,9 +196,7 @@ class Engine:
         leaves = _leaves(outputs)
         if not leaves:
             return []
-        grads = torch.autograd.grad(
-            outputs, leaves, grad_outputs, retain_graph=True, allow_unused=True
-        )
+        grads = _vjp(outputs, leaves, grad_outputs)
         outgoing: dict[MsgKey, tuple[int, dict[int, torch.Tensor]]] = {}
         with ctx.lock:
             for leaf, grad in zip(leaves, grads):
@@ -235,6 +233,32 @@ class Engine:
             timeout=state.rpc_timeout or None,
         )
         return future
+
+
+def _vjp(
+    outputs: list[torch.Tensor], inputs: list[torch.Tensor], grad_outputs: list[torch.Tensor]
+) -> Sequence[torch.Tensor | None]:
+    """``torch.autograd.grad(..., retain_graph=True, allow_unused=True)``, lean.
+
+    The public function's first call with explicit output gradients imports torch's
+    symbolic-shape machinery (over a second of start-up per process) only to compare
+    shapes; the engine is called directly here and the shapes compared plainly.
+    """
+    for output, grad in zip(outputs, grad_outputs):
+        if output.shape != grad.shape:
+            raise RuntimeError(
+                f"a gradient of shape {tuple(grad.shape)} arrived for a tensor of shape "
+                f"{tuple(output.shape)}"
+            )
+    run = getattr(torch.autograd.graph, "_engine_run_backward", None)
+    if run is None:  # another torch version: the public way
+        return torch.autograd.grad(
+            outputs, inputs, grad_outputs, retain_graph=True, allow_unused=True
+        )
+    grads: Sequence[torch.Tensor | None] = run(
+        tuple(outputs), tuple(grad_outputs), True, False, tuple(inputs), True, accumulate_grad=False
+    )
+    return grads
 
 
 def _leaves(outputs: Iterable[torch.Tensor]) -> list[torch.Tensor]:

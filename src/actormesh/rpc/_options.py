@@ -11,14 +11,14 @@ import enum
 from typing import Any
 
 __all__ = [
+    "BackendType",
     "DEFAULT_INIT_METHOD",
     "DEFAULT_NUM_WORKER_THREADS",
     "DEFAULT_RPC_TIMEOUT_SEC",
     "DEFAULT_SHUTDOWN_TIMEOUT",
-    "UNSET_RPC_TIMEOUT",
-    "BackendType",
     "RpcBackendOptions",
     "TensorPipeRpcBackendOptions",
+    "UNSET_RPC_TIMEOUT",
     "resolve_timeout",
 ]
 

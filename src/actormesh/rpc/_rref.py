@@ -292,8 +292,8 @@ def _reduce(rref: RRef[Any], session: EncodeSession) -> Any:
     state: RpcState = session.state
     dest = session.dest
     if rref._entry is not None:
-        if dest == state.me.id:
-            return _rebuild, (rref._id, rref._owner.id, None)
+        # The fork keeps the entry listed until the receiver has it, even when the
+        # receiver is this very process (which then drops the fork on arrival).
         child = state.new_id()
         table = owners(state)
         table.add_fork(rref._entry, child, dest)
@@ -307,20 +307,24 @@ def _reduce(rref: RRef[Any], session: EncodeSession) -> Any:
     return _rebuild, (rref._id, rref._owner.id, child)
 
 
-def _rebuild(rref_id: Id, owner: int, fork: Id | None) -> RRef[Any]:
+def _rebuild(rref_id: Id, owner: int, fork: Id) -> RRef[Any]:
     session = current_decode()
     if session is None:
         raise RuntimeError("an RRef can only be unpickled inside an RPC")
     state: RpcState = session.state
     src = session.src
+    assert fork is not None
     if owner == state.me.id:
-        entry = owners(state).entries.get(rref_id)
+        table = owners(state)
+        entry = table.entries.get(rref_id)
         if entry is None:
             raise RuntimeError(f"RRef {rref_id} came back to its owner after it was deleted")
-        if fork is not None and src != owner:
+        # The object built here holds the entry itself: the fork that carried it (made
+        # by this owner) can go. A user sender keeps its hold until it hears from us.
+        table.remove_fork(rref_id, fork)
+        if src != owner:
             state.post(src, "rref_accept", (state.me.id, fork))
         return RRef._make(state, rref_id, state.me, None, entry, confirmed=True)
-    assert fork is not None
     rref = RRef._make(state, rref_id, state.workers[owner], fork, None, confirmed=src == owner)
     forks(state).register(fork, rref_id, owner)
     if src != owner:

@@ -23,6 +23,7 @@ from concurrent.futures import Future as ConcurrentFuture
 from typing import TYPE_CHECKING, Any
 
 from .._core._envelope import STOP_MESH
+from .._exceptions import ActorError
 from ._agent import endpoint
 from ._errors import RpcTimeoutError, WorkerDiedError
 from ._state import set_current
@@ -143,6 +144,8 @@ def _gather(state: RpcState, key: str, value: Any, deadline: float | None) -> di
     def done(ok: bool, reply: Any) -> None:
         if ok:
             future.set_result(reply)
+        elif isinstance(reply, ActorError) and isinstance(reply.cause, Exception):
+            future.set_exception(reply.cause)  # rank 0's verdict, not the wrapping of it
         else:
             future.set_exception(reply)
 

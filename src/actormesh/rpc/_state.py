@@ -160,7 +160,8 @@ class RpcState:
         gone = self.gone.get(dest)
         if gone is not None or self.closed:
             reason = gone or "RPC has shut down in this process"
-            self._fail_soon(call, WorkerDiedError(f"{what} failed: {reason}", reason=reason))
+            message = f"{what} failed: {self.workers[dest]} is gone ({reason})"
+            self._fail_soon(call, WorkerDiedError(message, reason=reason))
             return call
         try:
             payload, buffers = dumps((args, {}))

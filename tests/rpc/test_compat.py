@@ -1,0 +1,201 @@
+"""One program per API point, run under torch.distributed.rpc and under actormesh.rpc.
+
+Each program runs once per backend in a fresh group of processes (module-scoped, cached);
+every test checks the expected behaviour on both backends, so a wrong expectation shows
+up on torch first, and ``test_both_backends_observe_the_same`` compares everything the
+programs observed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import rpc_programs
+from rpc_support import run_group
+
+BACKENDS = ["torch", "actormesh"]
+PS_RNN_STEPS = 4
+
+_cache: dict[tuple[str, str], Any] = {}
+
+
+def observed(program: str, backend: str) -> dict[str, Any]:
+    """What ``program`` returned on its driver rank under ``backend`` (run once)."""
+    key = (program, backend)
+    if key not in _cache:
+        if program == "contract":
+            _cache[key] = run_group(rpc_programs.contract, 3, backend, timeout=100)[0]
+        else:
+            _cache[key] = run_group(rpc_programs.ps_rnn, 2, backend, PS_RNN_STEPS, timeout=100)[1]
+    return _cache[key]
+
+
+@pytest.fixture(params=BACKENDS)
+def contract(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return observed("contract", request.param)
+
+
+@pytest.fixture(params=BACKENDS)
+def ps_rnn(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return observed("ps_rnn", request.param)
+
+
+# -- 1. the group ----------------------------------------------------------------------
+
+
+def test_worker_info_names_and_ids_come_from_init_rpc(contract: dict[str, Any]) -> None:
+    assert contract["worker_info"] == [1, "w1", "w0"]
+
+
+def test_destinations_may_be_a_name_a_rank_a_worker_info_or_self(
+    contract: dict[str, Any],
+) -> None:
+    assert contract["by_rank"] == "w1"
+    assert contract["by_info"] == "w1"
+    assert contract["to_self"] == "w0"
+
+
+# -- 2. rpc_sync, rpc_async, remote ---------------------------------------------------
+
+
+def test_rpc_sync_runs_builtins_functions_with_kwargs_and_classes(
+    contract: dict[str, Any],
+) -> None:
+    assert contract["builtin"] == [4.0, 4.0]
+    assert contract["kwargs"] == [4.0, 4.0]
+    assert contract["class_built_remotely"] == ["Counter", 5]
+
+
+def test_rpc_async_futures_support_wait_then_wait_all_collect_all_and_callbacks(
+    contract: dict[str, Any],
+) -> None:
+    assert contract["async_wait"] == [2.0, 2.0]
+    assert contract["async_then"] == [20.0, 20.0]
+    assert contract["wait_all"] == [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]
+    assert contract["collect_all"] == [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]]
+    assert contract["done_callback"] == ["w2", True]
+
+
+def test_remote_exceptions_keep_their_type_message_and_remote_traceback(
+    contract: dict[str, Any],
+) -> None:
+    # [message present, the remote function named in the traceback]
+    assert contract["remote_exception"] == [True, True]
+    assert contract["async_exception"] is True
+    assert contract["remote_failure"] is True
+
+
+def test_per_call_and_default_timeouts_raise_runtime_errors_quickly(
+    contract: dict[str, Any],
+) -> None:
+    assert contract["call_timeout"] == [True, True]
+    assert contract["default_timeout"] is True
+    assert contract["timeout_default_value"] == 60.0
+    assert contract["to_here_timeout"] is True
+
+
+# -- 3. RRef --------------------------------------------------------------------------
+
+
+def test_rref_fetches_names_its_owner_and_proxies_method_calls(contract: dict[str, Any]) -> None:
+    assert contract["rref_to_here"] == 3
+    assert contract["rref_owner"] == ["w1", "w1", False]
+    assert contract["rref_proxies"] == [5, 6, 6]
+    assert contract["local_value_on_user"] == "RuntimeError"
+
+
+def test_rrefs_travel_to_third_workers_and_back_from_their_owner(
+    contract: dict[str, Any],
+) -> None:
+    assert contract["rref_third_worker"] == 6
+    assert contract["local_rref"] == [True, "w0", [7.0, 7.0], [7.0, 7.0], [7.0, 7.0]]
+    assert contract["rref_from_owner"] == ["w2", [1.0, 1.0, 1.0]]
+
+
+# -- 4. async_execution -----------------------------------------------------------------
+
+
+def test_async_execution_functions_reply_when_their_future_completes(
+    contract: dict[str, Any],
+) -> None:
+    assert contract["async_execution"] == [3.0, 3.0]
+    assert contract["async_static_method"] == [4.0, 4.0]
+
+
+# -- 5. distributed autograd and the optimizer ----------------------------------------------
+
+
+def test_gradients_flow_back_through_nested_rpcs_into_the_context(
+    contract: dict[str, Any],
+) -> None:
+    # y = (a * b)^2 computed as A -> B (square) -> C (multiply).
+    assert contract["nested_forward"] == [0.25, 4.0, 36.0]
+    assert contract["nested_grads"] == [[0.5, 4.0, 24.0], [1.0, -8.0, 36.0]]
+    assert contract["grad_not_in_dot_grad"] is True
+
+
+def test_distributed_optimizer_steps_parameters_on_their_owner(contract: dict[str, Any]) -> None:
+    assert contract["owner_grads"] == [1.0, 1.0, 2.0]
+    assert contract["local_grads"] == [0.0, 1.0, 2.0]
+    assert contract["param_after_step"] == [-0.5, 0.5, 1.0]
+
+
+# -- 6. RemoteModule ----------------------------------------------------------------------
+
+
+def test_remote_module_runs_forward_remotely_and_trains_its_parameters(
+    contract: dict[str, Any],
+) -> None:
+    assert contract["remote_module_forward"] == contract["remote_module_async"]
+    assert contract["remote_module_params"] == 2
+    before, after = contract["remote_module_forward"], contract["remote_module_after_step"]
+    # One SGD step (lr 0.1) on sum(W x + b) lowers each output by 0.1 * (|x|^2 + 1) = 1.5.
+    for old, new in zip(before[0], after[0]):
+        assert math.isclose(new, old - 1.5, abs_tol=1e-5)
+
+
+# -- the parameter-server RNN ---------------------------------------------------------------
+
+
+def test_parameter_server_rnn_matches_a_local_copy_at_every_step(ps_rnn: dict[str, Any]) -> None:
+    assert len(ps_rnn["loss"]) == PS_RNN_STEPS
+    for step in range(PS_RNN_STEPS):
+        assert ps_rnn["grad_diff"][step] <= 1e-6, f"step {step}"
+        assert ps_rnn["param_diff"][step] <= 1e-6, f"step {step}"
+        assert math.isclose(ps_rnn["loss"][step], ps_rnn["local_loss"][step], abs_tol=1e-6)
+    assert ps_rnn["grads_untouched"] == [True]
+
+
+# -- torch and actormesh side by side --------------------------------------------------------
+
+
+@pytest.mark.parametrize("program", ["contract", "ps_rnn"])
+def test_both_backends_observe_the_same(program: str) -> None:
+    mismatches = _differences(observed(program, "torch"), observed(program, "actormesh"))
+    assert not mismatches, "\n".join(mismatches)
+
+
+def _differences(expected: Any, got: Any, path: str = "") -> list[str]:
+    if isinstance(expected, dict) and isinstance(got, dict):
+        if expected.keys() != got.keys():
+            return [f"{path}: keys {sorted(expected)} != {sorted(got)}"]
+        return [d for k in expected for d in _differences(expected[k], got[k], f"{path}.{k}")]
+    if isinstance(expected, list) and isinstance(got, list):
+        if len(expected) != len(got):
+            return [f"{path}: {len(expected)} items != {len(got)}"]
+        return [
+            d
+            for i, (e, g) in enumerate(zip(expected, got))
+            for d in _differences(e, g, f"{path}[{i}]")
+        ]
+    if isinstance(expected, float) and isinstance(got, float):
+        if path.startswith((".grad_diff", ".param_diff")):
+            return []  # both are checked against 1e-6 above; their exact value may differ
+        return (
+            []
+            if math.isclose(expected, got, rel_tol=1e-5, abs_tol=1e-6)
+            else [f"{path}: {expected} != {got}"]
+        )
+    return [] if expected == got else [f"{path}: torch {expected!r} != actormesh {got!r}"]

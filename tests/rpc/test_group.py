@@ -1,0 +1,169 @@
+"""Joining and leaving: rendezvous by env:// and tcp://, conflicts, timeouts, processes
+started from shells, and the group of one (run in the test process itself)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import rpc_programs
+import torch
+from rpc_support import free_port, run_group
+
+import actormesh
+from actormesh import rpc
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def alone() -> Iterator[None]:
+    """This test process as the only worker of a group."""
+    options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://127.0.0.1:{free_port()}")
+    rpc.init_rpc("solo", rank=0, world_size=1, rpc_backend_options=options)
+    try:
+        yield
+    finally:
+        rpc.shutdown()
+
+
+def _square(x: torch.Tensor) -> torch.Tensor:
+    return x * x
+
+
+def test_a_group_of_one_calls_itself_and_can_be_joined_again() -> None:
+    for round_ in range(2):
+        options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://127.0.0.1:{free_port()}")
+        rpc.init_rpc(f"solo{round_}", rank=0, world_size=1, rpc_backend_options=options)
+        try:
+            assert rpc.get_worker_info() == rpc.WorkerInfo(0, f"solo{round_}")
+            assert rpc.rpc_sync(0, _square, args=(torch.tensor([3.0]),)).tolist() == [9.0]
+            assert rpc.remote(f"solo{round_}", _square, args=(torch.tensor([2.0]),)).to_here() == 4
+        finally:
+            rpc.shutdown()
+    with pytest.raises(rpc.RpcNotInitialized):
+        rpc.rpc_sync(0, _square, args=(torch.ones(1),))
+
+
+def test_init_rpc_twice_in_one_process_is_refused(alone: None) -> None:
+    with pytest.raises(RuntimeError, match="already initialized"):
+        rpc.init_rpc("again", rank=0, world_size=1)
+
+
+def test_unknown_destinations_and_unpicklable_arguments_fail_at_the_call_site(
+    alone: None,
+) -> None:
+    with pytest.raises(RuntimeError, match="unknown worker 'nobody'"):
+        rpc.rpc_sync("nobody", _square, args=(torch.ones(1),))
+    with pytest.raises(actormesh.SerializationError, match=r"args\[1\]"):
+        rpc.rpc_sync("solo", _square, args=(torch.ones(1), threading.Lock()))
+
+
+_gate = threading.Event()
+
+
+def _after_gate() -> int:
+    _gate.wait(30)
+    return 1
+
+
+def test_rpc_sync_from_a_future_callback_raises_instead_of_deadlocking(alone: None) -> None:
+    seen: list[BaseException] = []
+
+    def callback(_: torch.futures.Future[torch.Tensor]) -> None:
+        try:
+            rpc.rpc_sync("solo", _square, args=(torch.ones(1),))
+        except BaseException as error:
+            seen.append(error)
+
+    _gate.clear()
+    # The callback is attached before the reply can arrive, so the I/O thread runs it.
+    fut = rpc.rpc_async("solo", _after_gate)
+    done = fut.then(callback)
+    _gate.set()
+    done.wait()
+    assert len(seen) == 1 and "deadlock" in str(seen[0])
+
+
+def test_a_missing_rank_zero_times_out_naming_the_rendezvous() -> None:
+    options = rpc.TensorPipeRpcBackendOptions(
+        rpc_timeout=0.5, init_method=f"tcp://127.0.0.1:{free_port()}"
+    )
+    started = time.monotonic()
+    with pytest.raises(rpc.RpcTimeoutError, match="is rank 0 running"):
+        rpc.init_rpc("late", rank=1, world_size=2, rpc_backend_options=options)
+    assert time.monotonic() - started < 5
+
+
+def test_missing_peers_time_out_naming_their_ranks() -> None:
+    options = rpc.TensorPipeRpcBackendOptions(
+        rpc_timeout=0.5, init_method=f"tcp://127.0.0.1:{free_port()}"
+    )
+    with pytest.raises(rpc.RpcTimeoutError, match=r"rank\(s\) \[1, 2\] did not join"):
+        rpc.init_rpc("early", rank=0, world_size=3, rpc_backend_options=options)
+    # The failed attempt left nothing behind: joining works right after.
+    options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://127.0.0.1:{free_port()}")
+    rpc.init_rpc("early", rank=0, world_size=1, rpc_backend_options=options)
+    rpc.shutdown()
+
+
+def test_env_rendezvous_needs_master_addr_and_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    with pytest.raises(ValueError, match="MASTER_ADDR and MASTER_PORT are not set"):
+        rpc.init_rpc("w", rank=0, world_size=1)
+
+
+@pytest.mark.parametrize("name", ["", "has space", "x" * 128, "semi;colon"])
+def test_invalid_worker_names_are_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="invalid worker name"):
+        rpc.init_rpc(name, rank=0, world_size=1)
+
+
+def test_a_name_used_twice_fails_every_worker_with_a_clear_error() -> None:
+    results = run_group(rpc_programs.join_as, 2, ["same", "same"], [0, 1], timeout=60)
+    for rank in (0, 1):
+        kind, message = results[rank]
+        assert kind == "RendezvousError"
+        assert "worker name 'same' is used twice" in message
+
+
+def test_a_rank_used_twice_fails_every_worker_with_a_clear_error() -> None:
+    results = run_group(rpc_programs.join_as, 3, ["a", "b", "c"], [0, 1, 1], timeout=60)
+    for rank in (0, 1, 2):
+        kind, message = results[rank]
+        assert kind == "RendezvousError"
+        assert "rank 1 is used twice" in message
+
+
+def test_workers_started_from_shells_meet_through_env_variables() -> None:
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    script = str(HERE / "rpc_shell_worker.py")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, f"shell{rank}", str(rank), "3"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (2, 0, 1)  # started in any order
+    ]
+    try:
+        outputs = [proc.communicate(timeout=60) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    for proc, (_, stderr) in zip(procs, outputs):
+        assert proc.returncode == 0, stderr
+    assert outputs[1][0].splitlines() == [
+        "shell1 saw [1.0, 1.0]",
+        "shell2 saw [2.0, 2.0]",
+        "shell0 done",
+    ]
