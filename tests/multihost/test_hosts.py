@@ -136,6 +136,27 @@ def test_killing_a_remote_worker_fails_its_pending_calls_with_actor_died_error(
         procs.stop().get(timeout=30)
 
 
+def test_a_worker_listening_everywhere_advertises_the_address_that_reaches_its_controller(
+    network: Network,
+) -> None:
+    host = network.hosts[2]
+    procs, _ = _mesh_on(network, [host], ["--listen-host", "0.0.0.0"])
+    try:
+        where = procs.spawn("where", Where).get(timeout=30)
+        (value,) = _where(where)
+        assert str(value["address"]).startswith(f"tcp://{host.ip}:")
+        # ... and that address works: another host calls it there.
+        others, _ = _mesh_on(network, [network.hosts[0]])
+        try:
+            caller = others.spawn("caller", Where).get(timeout=30)
+            reached = caller.call_other.call_one(where, {"hosts": 0}).get(timeout=30)
+            assert reached["pid"] == value["pid"]
+        finally:
+            others.stop().get(timeout=30)
+    finally:
+        procs.stop().get(timeout=30)
+
+
 def test_stopping_a_mesh_ends_its_remote_workers(network: Network) -> None:
     procs, workers = _mesh_on(network, network.hosts[:2])
     procs.spawn("where", Where).get(timeout=30)

@@ -35,8 +35,10 @@ from .._transport import (
     TcpListener,
     TransportClosed,
     connect_address,
+    format_tcp,
     is_tcp,
     new_secret,
+    parse_tcp,
     private_socket_dir,
 )
 from .._transport._frames import Buffer
@@ -272,7 +274,12 @@ class Runtime:
         cls._current = runtime
         loop.run_until_complete(runtime._listen())
         if is_tcp(parent_path):
-            runtime.address = runtime.listen_tcp(config.listen_host or route_source(parent_path))
+            here = route_source(parent_path)
+            address = runtime.listen_tcp(config.listen_host or here)
+            if parse_tcp(address)[0] in ("0.0.0.0", "::"):
+                # Listening everywhere: peers reach us where our owner does.
+                address = format_tcp(here, parse_tcp(address)[1])
+            runtime.address = address
         runtime._parent = runtime.connection(parent_path)
         hello = (env.HELLO, runtime.address, os.getpid(), key, info or {})
         runtime._parent.send([env.encode_header(hello)])
@@ -382,6 +389,7 @@ class Runtime:
         conn = self._conns.get(path)
         if conn is not None and not conn.closed:
             return conn
+        tcp = is_tcp(path)
         with self._conns_lock:
             conn = self._conns.get(path)
             if conn is not None and not conn.closed:
@@ -391,15 +399,30 @@ class Runtime:
             dead = self._dead_paths.get(path)
             if dead is not None:
                 raise ActorDiedError(f"the process is dead: {dead}", reason=dead)
-            try:
-                sock = connect_address(path, secret=self.secret)
-            except OSError as error:
-                reason = f"cannot reach the process at {path}: {error.strerror or error}"
-                raise ActorDiedError(reason, reason=reason) from None
-            conn = self._new_connection(sock, peer=path, same_host=not is_tcp(path))
-            self._conns[path] = conn
+            if not tcp:
+                conn = self._new_connection(self._dial(path), peer=path)
+                self._conns[path] = conn
+        if tcp:
+            # Another host: connecting and the handshake may take a while, so not under
+            # the lock (the loop thread takes it too, and must never wait on a far host).
+            sock = self._dial(path)
+            with self._conns_lock:
+                conn = self._conns.get(path)
+                if conn is not None and not conn.closed:
+                    sock.close()  # another thread connected meanwhile: use its connection
+                    return conn
+                conn = self._new_connection(sock, peer=path, same_host=False)
+                self._conns[path] = conn
+        assert conn is not None
         self.call_soon(conn.start)
         return conn
+
+    def _dial(self, path: str) -> Any:
+        try:
+            return connect_address(path, secret=self.secret)
+        except OSError as error:
+            reason = f"cannot reach the process at {path}: {error.strerror or error}"
+            raise ActorDiedError(reason, reason=reason) from None
 
     # -- requests -----------------------------------------------------------------------
 

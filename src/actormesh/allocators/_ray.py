@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from .._allocator import ProcessSpec
 from .._core import ChildProcess, Runtime
+from .._transport import format_tcp, parse_tcp
 from ._joining import JoinWait
 from ._ray_host import ProcessHost
 
@@ -131,8 +132,10 @@ class RayAllocator:
         """Reserve the bundles, start a worker in each, and wait until all joined."""
         ray = _import_ray()
         timeout = runtime.config.spawn_timeout if self._timeout is None else self._timeout
-        host = await asyncio.to_thread(self._controller_host, ray, runtime)
+        host, reachable = await asyncio.to_thread(self._controller_host, ray, runtime)
         address = runtime.listen_tcp(host)
+        if host in ("0.0.0.0", "::"):  # listening everywhere: workers dial this node's IP
+            address = format_tcp(reachable, parse_tcp(address)[1])
         keys = {spec.key for spec in specs}
         waiting = JoinWait(runtime, len(specs), accept=lambda joined: joined.key in keys)
         placement: _Placement | None = None
@@ -164,14 +167,15 @@ class RayAllocator:
         if placement is not None:
             await asyncio.to_thread(placement.release)
 
-    def _controller_host(self, ray: Any, runtime: Runtime) -> str:
+    def _controller_host(self, ray: Any, runtime: Runtime) -> tuple[str, str]:
+        # Where to listen, and this node's address as the cluster knows it.
         if not ray.is_initialized():
             ray.init(**self._init)
+        here = str(ray.util.get_node_ip_address())
         if self._listen_host or runtime.config.listen_host:
-            return str(self._listen_host or runtime.config.listen_host)
-        here = ray.util.get_node_ip_address()
+            return str(self._listen_host or runtime.config.listen_host), here
         nodes = {node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")}
-        return "127.0.0.1" if nodes <= {here} else str(here)
+        return ("127.0.0.1" if nodes <= {here} else here), here
 
     def _place(
         self,
