@@ -132,7 +132,7 @@ def test_max_in_flight_makes_callers_wait_for_capacity(workers: Any) -> None:
     in_flight = [workers.stats()[rank]["in_flight"] for rank in (1, 2)]
     results = [f.get(timeout=30) for f in futures]
     assert max(in_flight) == 1, in_flight
-    assert Counter(results) == {1: 3, 2: 3}
+    assert len(results) == 6 and set(results) == {1, 2}
 
 
 def test_max_in_flight_with_when_full_error_raises_mesh_busy(workers: Any) -> None:
