@@ -144,6 +144,10 @@ def async_add_chained(to: str, x: torch.Tensor, y: int, z: int) -> Any:
     return api().rpc.rpc_async(to, torch.add, args=(x, y)).then(lambda fut: fut.wait() + z)
 
 
+def sum_of_squares(x: torch.Tensor) -> torch.Tensor:
+    return (x * x).sum()
+
+
 def make_param(n: int) -> nn.Parameter:
     return nn.Parameter(torch.arange(float(n)))
 
@@ -216,12 +220,12 @@ def contract(rank: int, world_size: int, backend: str) -> dict[str, Any]:
 
         started = time.monotonic()
         try:
-            rpc.rpc_sync("w1", sleep_for, args=(2.0,), timeout=0.3)
+            rpc.rpc_sync("w1", sleep_for, args=(4.0,), timeout=0.3)
             out["call_timeout"] = "no error"
         except RuntimeError as error:
             out["call_timeout"] = [
                 "timeout" in str(error).lower(),
-                time.monotonic() - started < 1.5,
+                time.monotonic() - started < 3,  # long before the function returned
             ]
         default = rpc.get_rpc_timeout()
         rpc._set_rpc_timeout(0.3)
@@ -296,6 +300,12 @@ def _autograd_points(ns: SimpleNamespace) -> dict[str, Any]:
         grads = dist_autograd.get_gradients(context_id)
         out["nested_grads"] = [grads[a].tolist(), grads[b].tolist()]
         out["grad_not_in_dot_grad"] = a.grad is None and b.grad is None
+
+    x = torch.tensor([1.0, -2.0], requires_grad=True)
+    with dist_autograd.context() as context_id:
+        loss_rref = rpc.remote("w2", sum_of_squares, args=(x,))
+        loss_rref.backward(context_id)
+        out["rref_backward"] = dist_autograd.get_gradients(context_id)[x].tolist()
 
     param = rpc.remote("w1", make_param, args=(3,))
     x = torch.tensor([1.0, 1.0, 2.0], requires_grad=True)
@@ -520,7 +530,7 @@ def lifetime(rank: int, world_size: int) -> dict[str, Any]:
         out["returned_alive"] = rpc.rpc_sync("w1", live_tags)
         del b
         gc.collect()
-        # The delete travels on the same connection as the next call: no waiting needed.
+        owner_holds([])
         out["returned_dropped"] = rpc.rpc_sync("w1", live_tags)
 
         c = rpc.remote("w1", Tracked, args=("c",))

@@ -10,6 +10,9 @@ import pytest
 import rpc_programs
 from rpc_support import run_group
 
+# Groups of processes start slowly on a loaded machine (each imports torch).
+pytestmark = pytest.mark.timeout(200)
+
 
 @pytest.fixture(scope="module")
 def deaths() -> dict[str, Any]:
@@ -24,7 +27,7 @@ def _died(outcome: list[Any], worker: str) -> None:
     assert name == "WorkerDiedError", message
     assert is_runtime_error
     assert worker in message
-    assert seconds < 5
+    assert seconds < 10  # at once in practice; generous for a loaded machine
 
 
 def test_rpc_sync_to_a_worker_killed_while_running_it_fails_at_once(
@@ -65,4 +68,4 @@ def test_graceful_shutdown_with_dead_peers_fails_clearly_instead_of_hanging(
     assert name == "WorkerDiedError", message
     assert is_runtime_error
     assert "shutdown" in message and "gone" in message
-    assert seconds < 5
+    assert seconds < 10  # at once in practice; generous for a loaded machine

@@ -19,6 +19,9 @@ from rpc_support import free_port, run_group
 import actormesh
 from actormesh import rpc
 
+# Groups of processes start slowly on a loaded machine (each imports torch).
+pytestmark = pytest.mark.timeout(150)
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -147,13 +150,13 @@ def test_workers_started_from_shells_meet_through_env_variables() -> None:
     script = str(HERE / "rpc_shell_worker.py")
     procs = [
         subprocess.Popen(
-            [sys.executable, script, f"shell{rank}", str(rank), "3"],
+            [sys.executable, script, f"shell{rank}", str(rank), "2"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for rank in (2, 0, 1)  # started in any order
+        for rank in (1, 0)  # started in any order
     ]
     try:
         outputs = [proc.communicate(timeout=60) for proc in procs]
@@ -162,8 +165,5 @@ def test_workers_started_from_shells_meet_through_env_variables() -> None:
             proc.kill()
     for proc, (_, stderr) in zip(procs, outputs):
         assert proc.returncode == 0, stderr
-    assert outputs[1][0].splitlines() == [
-        "shell1 saw [1.0, 1.0]",
-        "shell2 saw [2.0, 2.0]",
-        "shell0 done",
-    ]
+    assert outputs[1][0].splitlines() == ["shell1 saw [1.0, 1.0]", "shell0 done"]
+    assert outputs[0][0].splitlines() == ["shell1 done"]

@@ -9,6 +9,9 @@ import pytest
 import rpc_programs
 from rpc_support import run_group
 
+# Groups of processes start slowly on a loaded machine (each imports torch).
+pytestmark = pytest.mark.timeout(200)
+
 
 @pytest.fixture(scope="module")
 def lifetime() -> dict[str, Any]:

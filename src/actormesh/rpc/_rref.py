@@ -197,6 +197,20 @@ class RRef(Generic[T]):
                 "callback, say), where it would deadlock; wait for it outside the callback"
             )
 
+    def backward(self, dist_autograd_ctx_id: int = -1, retain_graph: bool = False) -> None:
+        """Run a backward pass from the value (a scalar tensor) on its owner.
+
+        Args:
+            dist_autograd_ctx_id: the distributed autograd context to run it in; -1 (the
+                default) runs a plain local ``backward`` on the owner.
+            retain_graph: as in ``torch.Tensor.backward``.
+        """
+        from . import _api
+
+        _api.rpc_sync(
+            self._owner, _backward_on_owner, args=(self, dist_autograd_ctx_id, retain_graph)
+        )
+
     # -- proxies --------------------------------------------------------------------------
 
     def rpc_sync(self, timeout: float = UNSET_RPC_TIMEOUT) -> Any:
@@ -235,7 +249,7 @@ class RRef(Generic[T]):
         state = self._state
         if state is current_or_none() and not state.closed:
             with contextlib.suppress(Exception):  # interpreter shutdown: nobody to tell
-                forks(state).drop(fork)
+                forks(state).drop_later(fork)
 
     def __reduce__(self) -> Any:
         raise RuntimeError(
@@ -274,6 +288,16 @@ class _Proxy:
             )
 
         return method
+
+
+def _backward_on_owner(rref: RRef[Any], context_id: int, retain_graph: bool) -> None:
+    value = rref.local_value()
+    if context_id == -1:
+        value.backward(retain_graph=retain_graph)
+    else:
+        from .autograd import backward
+
+        backward(context_id, [value], retain_graph=retain_graph)
 
 
 def _invoke_on_rref(rref: RRef[Any], name: str, args: tuple[Any, ...], kwargs: Any) -> Any:

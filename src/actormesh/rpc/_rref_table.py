@@ -23,6 +23,7 @@ it, so a dead worker never pins a value.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -169,6 +170,7 @@ class ForkTable:
         self._lock = threading.Lock()
         self.forks: dict[Id, ForkState] = {}
         self._children: dict[Id, Id] = {}  # child fork -> parent fork
+        self._dropped: deque[Id] = deque()
         state.peer_listeners.append(self._peer_gone)
 
     def register(self, fork_id: Id, rref_id: Id, owner: int) -> None:
@@ -201,6 +203,19 @@ class ForkTable:
             delete = self._release_if_done(parent, fork)  # type: ignore[arg-type]
         if delete is not None:
             self._send_delete(*delete)
+
+    def drop_later(self, fork_id: Id) -> None:
+        """``drop`` from a finalizer: takes no lock, the loop thread does the work.
+
+        A garbage collection can run a finalizer on a thread that holds this table's
+        lock (any allocation may collect); taking the lock there would deadlock.
+        """
+        self._dropped.append(fork_id)
+        self._state.loop.call_soon_threadsafe(self._drain_dropped)
+
+    def _drain_dropped(self) -> None:
+        while self._dropped:
+            self.drop(self._dropped.popleft())
 
     def drop(self, fork_id: Id) -> None:
         """The program no longer holds the ``RRef`` object of ``fork_id``."""
