@@ -38,20 +38,24 @@ _WORDS = {
 def ratio(ours: float, theirs: float, row: Row) -> str:
     """``"12.3x faster"`` or ``"2.0x slower"``: actormesh against one peer."""
     better_word, worse_word = _WORDS.get(row.unit, ("faster", "slower"))
+    # Compare what the table shows: below its precision (idle CPU of 0.003 cores) a
+    # ratio would be noise, so a figure that shows as 0 is compared as 0.
+    ours_shown, theirs_shown = format_value(ours, row.unit), format_value(theirs, row.unit)
+    ours, theirs = _shown(ours_shown), _shown(theirs_shown)
+    if ours == 0 or theirs == 0:
+        return "same" if ours == theirs else f"{ours_shown} vs {theirs_shown}"
     if row.better == "lower":
         num, den = theirs, ours
     else:
         num, den = ours, theirs
-    if num <= 0 and den <= 0:
-        return "same"
-    if den <= 0:
-        return "∞ " + better_word
-    if num <= 0:
-        return "∞ " + worse_word
     r = num / den
     if 0.95 <= r <= 1.05:
         return "same"
     return f"{r:.1f}x {better_word}" if r > 1 else f"{1 / r:.1f}x {worse_word}"
+
+
+def _shown(text: str) -> float:
+    return float(text.replace(",", ""))
 
 
 def _metric(result: dict[str, Any] | None, key: str) -> float | None:

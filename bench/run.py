@@ -241,7 +241,8 @@ def _merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def _write(results: dict[str, Any], out_dir: Path, fig_dir: Path, charts: bool) -> str:
+def _text(results: dict[str, Any]) -> str:
+    """The table with the machine, the systems' versions and how the run went."""
     table = render(results)
     machine = results["meta"]["machine"]["summary"]
     versions = ", ".join(
@@ -257,7 +258,13 @@ def _write(results: dict[str, Any], out_dir: Path, fig_dir: Path, charts: bool) 
         mode += f", medians of {rounds} rounds"
     if "loadavg_start" in meta:
         mode += f"; 1-min load average {meta['loadavg_start'][0]:.1f} before"
-    text = f"Machine: {machine}\n\nSystems: {versions}\n\nMode: {mode}\n\n{table}\n"
+    if "loadavg_end" in meta:
+        mode += f", {meta['loadavg_end'][0]:.1f} after"
+    return f"Machine: {machine}\n\nSystems: {versions}\n\nMode: {mode}\n\n{table}\n"
+
+
+def _write(results: dict[str, Any], out_dir: Path, fig_dir: Path, charts: bool) -> str:
+    text = _text(results)
     out_dir.mkdir(parents=True, exist_ok=True)
     blob = json.dumps(results, indent=1, sort_keys=False)
     stamp = results["meta"]["timestamp"].replace(":", "").replace("-", "")
@@ -302,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.render:
         loaded = json.loads(args.render.read_text())
-        print(render(loaded))
+        print(_text(loaded))
         if not args.no_charts:
             draw(loaded, args.figures)
         return 0

@@ -61,7 +61,8 @@ def test_mbps_uses_decimal_megabytes() -> None:
         (4000.0, 400.0, BW, "10.0x faster"),
         (30.0, 120.0, MEM, "4.0x smaller"),
         (100.0, 102.0, LAT, "same"),
-        (0.0, 0.5, Row("cores", "mean", "cores", "lower"), "∞ less"),
+        (0.001, 0.61, Row("cores", "mean", "cores", "lower"), "0.00 vs 0.61"),
+        (0.001, 0.002, Row("cores", "mean", "cores", "lower"), "same"),
     ],
 )
 def test_ratio_says_how_actormesh_compares(ours: float, theirs: float, row: Row, text: str) -> None:
