@@ -134,7 +134,7 @@ class Engine:
         if ctx is None:
             return
         ctx.released = True
-        for rank in ctx.known:
+        for rank in list(ctx.known):
             if rank != origin and rank != self.state.me.id:
                 self.state.post(rank, "ctx_release", (self.state.me.id, context_id))
         with ctx.lock:
