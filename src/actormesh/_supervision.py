@@ -70,9 +70,8 @@ def install(runtime: Runtime) -> None:
 def adopt(state: MeshState) -> None:
     """Make the calling actor, if any, the owner of a mesh it is spawning."""
     identity = current_actor()
-    mesh = identity.mesh if identity is not None else None
-    if mesh is not None:
-        state.owner = (mesh._ref.mesh_id, identity.point.rank)  # type: ignore[union-attr]
+    if identity is not None and identity.mesh is not None:
+        state.owner = (identity.mesh._ref.mesh_id, identity.point.rank)
 
 
 def report(state: MeshState, failure: Failure) -> None:
