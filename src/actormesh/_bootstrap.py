@@ -23,6 +23,7 @@ import select
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from ._config import Config
@@ -39,6 +40,8 @@ _REAP_INTERVAL = 1.0
 # Whether this process' group is its own to kill on the way out: not when someone else
 # started it (``actormesh worker --join`` shares the group of the shell or launcher).
 _OWN_GROUP = True
+# Seconds the event loop gets to act on its owner's hang-up before a thread ends us.
+_OWNER_GRACE = 2.0
 
 
 def _die_with_parent() -> None:
@@ -82,6 +85,9 @@ def _watch_owner_connection(fd: int) -> None:
         poller.register(fd, select.POLLRDHUP)  # only hang-ups: the loop reads the data
         while not any(mask & ended for _, mask in poller.poll()):
             pass
+        # A free event loop sees the hang-up too and exits cleaner (its sockets and
+        # directory removed) within milliseconds; step in only when it is blocked.
+        time.sleep(_OWNER_GRACE)
         _exit_now()
 
     threading.Thread(target=wait, name="actormesh-owner-watch", daemon=True).start()
