@@ -48,6 +48,7 @@ class FakeChild:
         self.listen_path = path
         self.pid = os.getpid()  # a live process in state R or S
         self.rank = 0
+        self.local = True
 
     def alive(self) -> bool:
         return True

@@ -130,8 +130,13 @@ class HeartbeatMonitor:
         self._timer = self._loop.call_later(self.interval, self._tick) if self._watched else None
 
     def _describe(self, child: ChildProcess, silent: float) -> str:
-        state = process_state(child.pid)
-        doing = _STATES.get(state or "", f"in state {state}") if state else "gone"
+        # /proc only knows processes of this host; a remote worker's pid means nothing here.
+        local = child.local
+        state = process_state(child.pid) if local else None
+        if state:
+            doing = _STATES.get(state, f"in state {state}")
+        else:
+            doing = "gone" if local else "on another host"
         return (
             f"stopped answering heartbeats for {silent:.1f} s (limit {self.timeout:g} s, "
             f"Config.heartbeat_timeout) while {doing}; the owner killed it"

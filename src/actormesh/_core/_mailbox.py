@@ -308,8 +308,12 @@ class Mailbox:
                 self._drain_task.cancel()
         return reached
 
-    def close(self) -> None:
-        """Drop the actor: queued messages fail, the thread ends after its current job."""
+    def close(self, done: Callable[[], None] | None = None) -> None:
+        """Drop the actor: queued messages fail, the thread ends after its current job.
+
+        ``done`` runs on the loop once the actor's close hooks have run on its thread
+        (after the job it is busy with, if any).
+        """
         from .._exceptions import MeshStoppedError
 
         self._closed = True
@@ -318,6 +322,8 @@ class Mailbox:
         host = self._host
         if host is not None:
             self._jobs.put((host.close,))
+        if done is not None:
+            self._jobs.put((self._loop.call_soon_threadsafe, done))
         self._jobs.put(_STOP)
 
 

@@ -48,6 +48,8 @@ class ChildProcess:
         popen: the ``subprocess.Popen`` object.
     """
 
+    local = True  # on this host: its pid means something in /proc here
+
     def __init__(self, key: str, rank: int, listen_path: str, popen: subprocess.Popen[bytes]):
         self.key = key
         self.rank = rank

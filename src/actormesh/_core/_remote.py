@@ -136,6 +136,8 @@ class RemoteProcess(ChildProcess):
             connection is closed in any case, which ends the worker.
     """
 
+    local = False
+
     def __init__(self, joined: Joined, rank: int, kill: Callable[[], None] | None = None) -> None:
         super().__init__(joined.key, rank, joined.address, _Status(joined.pid))  # type: ignore[arg-type]
         self.conn = joined.conn

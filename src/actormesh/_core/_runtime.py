@@ -19,8 +19,8 @@ import contextlib
 import itertools
 import logging
 import os
+import shutil
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -43,16 +43,13 @@ from .._transport import (
 )
 from .._transport._frames import Buffer
 from . import _envelope as env
-from ._deferral import Deferrals, Resume
+from ._deferral import Deferrals
 from ._heartbeat import HeartbeatMonitor
-from ._inspect import describe
-from ._limits import check_message_size
-from ._mailbox import Mailbox
+from ._hosting import Hosting, _Delivery, _HostedActor
 from ._output import PipeForwarder
-from ._process import ChildProcess, describe_exit, launch
-from ._reaper import kill_tagged
-from ._remote import Joined, Joins, RemoteProcess, route_source
-from ._serialization import dumps, loads
+from ._process import ChildProcess
+from ._remote import Joins, RemoteProcess, route_source
+from ._workers import Workers
 
 __all__ = ["ReplyHandler", "Runtime", "new_event_loop"]
 
@@ -84,90 +81,7 @@ def new_event_loop(config: Config) -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-class _HostedActor:
-    __slots__ = ("mailbox", "mesh_id", "mesh_name", "point")
-
-    def __init__(
-        self, mailbox: Mailbox, mesh_id: str, mesh_name: str, point: dict[str, int]
-    ) -> None:
-        self.mailbox = mailbox
-        self.mesh_id = mesh_id
-        self.mesh_name = mesh_name
-        self.point = point
-
-
-class _Delivery:
-    """One call to one hosted actor, and the way back to its caller."""
-
-    __slots__ = (
-        "buffers",
-        "cancelled",
-        "conn",
-        "endpoint",
-        "mesh_id",
-        "mesh_name",
-        "payload",
-        "point",
-        "rank",
-        "req_id",
-    )
-
-    # The largest reply this process may send (Config.max_message_bytes, set by Runtime).
-    max_bytes: ClassVar[int] = 1 << 40
-
-    def __init__(
-        self,
-        conn: Connection,
-        req_id: int,
-        rank: int,
-        endpoint: str,
-        payload: memoryview,
-        buffers: list[memoryview],
-        hosted: _HostedActor,
-    ) -> None:
-        self.conn = conn
-        self.req_id = req_id
-        self.rank = rank
-        self.endpoint = endpoint
-        self.payload = payload
-        self.buffers = buffers
-        self.mesh_id = hosted.mesh_id
-        self.mesh_name = hosted.mesh_name
-        self.point = hosted.point
-        self.cancelled = False
-
-    def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        args, kwargs = loads(self.payload, self.buffers)
-        return args, kwargs
-
-    def succeed(self, value: Any) -> None:
-        if self.req_id == 0:
-            return
-        try:
-            payload, buffers = dumps(value)
-            if len(payload) > self.max_bytes or buffers:
-                what = f"the value returned by endpoint '{self.endpoint}'"
-                check_message_size([payload, *buffers], self.max_bytes, what)
-        except Exception as error:
-            self.fail(error)
-            return
-        header = env.encode_header((env.REPLY, self.req_id, self.rank, True))
-        with contextlib.suppress(TransportClosed):
-            self.conn.send([header, payload, *buffers])
-
-    def fail(self, error: BaseException) -> None:
-        payload = env.error_payload(
-            error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint
-        )
-        if self.req_id == 0:
-            header = env.encode_header((env.FAILURE, self.mesh_id, self.rank, self.endpoint))
-        else:
-            header = env.encode_header((env.REPLY, self.req_id, self.rank, False))
-        with contextlib.suppress(TransportClosed):
-            self.conn.send([header, payload])
-
-
-class Runtime:
+class Runtime(Hosting, Workers):
     """This process' runtime; see the module docstring."""
 
     _current: ClassVar[Runtime | None] = None
@@ -483,179 +397,6 @@ class Runtime:
         except Exception:
             log.exception("failed to handle a frame from %s", conn.peer)
 
-    def _handle_call(
-        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
-    ) -> None:
-        _, req_id, mesh_id, ranks, endpoint = header
-        actors = self._hosted.get(mesh_id, {})
-        payload, buffers = parts[1], parts[2:]
-        for rank in ranks:
-            hosted = actors.get(rank)
-            if hosted is None:
-                self._reply_missing(conn, req_id, rank, mesh_id, endpoint)
-                continue
-            hosted.mailbox.deliver(
-                _Delivery(conn, req_id, rank, endpoint, payload, buffers, hosted)
-            )
-
-    def _reply_missing(
-        self, conn: Connection, req_id: int, rank: int, mesh_id: str, endpoint: str
-    ) -> None:
-        error = MeshStoppedError(f"actor mesh {mesh_id!r} has no live actor of rank {rank} here")
-        payload = env.error_payload(error, mesh=mesh_id, point={}, endpoint=endpoint)
-        head = (
-            (env.REPLY, req_id, rank, False) if req_id else (env.FAILURE, mesh_id, rank, endpoint)
-        )
-        with contextlib.suppress(TransportClosed):
-            conn.send([env.encode_header(head), payload])
-
-    def _handle_spawn(
-        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
-    ) -> None:
-        _, req_id, mesh_id, ranks = header
-        try:
-            spec = loads(parts[1], parts[2:])
-        except Exception as error:
-            self._refuse_spawn(conn, req_id, mesh_id, ranks, error)
-            return
-        self._spawners[mesh_id] = conn
-        actors = self._hosted.setdefault(mesh_id, {})
-        for rank in ranks:
-            factory, mesh_name, point = spec.actor(rank)
-            mailbox = Mailbox(self.loop, name=f"actor {mesh_name}{point}")
-            actors[rank] = _HostedActor(mailbox, mesh_id, mesh_name, point)
-
-            def done(
-                error: BaseException | None,
-                rank: int = rank,
-                name: str = mesh_name,
-                point: dict[str, int] = point,
-            ) -> None:
-                if error is None:
-                    reply = [env.encode_header((env.REPLY, req_id, rank, True)), dumps(None)[0]]
-                else:
-                    actors.pop(rank, None)
-                    payload = env.error_payload(
-                        error, mesh=name, point=point, endpoint="__init__", init=True
-                    )
-                    reply = [env.encode_header((env.REPLY, req_id, rank, False)), payload]
-                with contextlib.suppress(TransportClosed):
-                    conn.send(reply)
-
-            mailbox.construct(factory, done)
-
-    def _deliveries(
-        self, conn: Connection, mesh_id: str, ranks: Sequence[int], req_id: int
-    ) -> list[tuple[int, _HostedActor | None, Callable[[Any], bool]]]:
-        """For each rank: its hosted actor here, and a test for request ``req_id``'s message."""
-        actors = self._hosted.get(mesh_id, {})
-
-        def mine(message: Any) -> bool:
-            return (
-                getattr(message, "req_id", None) == req_id
-                and getattr(message, "conn", None) is conn
-            )
-
-        return [(rank, actors.get(rank), mine) for rank in ranks]
-
-    def _handle_cancel(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, req_id, mesh_id, ranks = header
-        for _rank, hosted, mine in self._deliveries(conn, mesh_id, ranks, req_id):
-            if hosted is not None:
-                hosted.mailbox.cancel(mine)
-
-    def _handle_inspect(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, req_id, mesh_id, ranks, call_id = header
-        answers: dict[int, dict[str, Any]] = {}
-        for rank, hosted, mine in self._deliveries(conn, mesh_id, ranks, call_id):
-            if hosted is None:
-                answers[rank] = {"state": "absent", "busy": None}
-            else:
-                answers[rank] = describe(hosted.mailbox, mine)
-        reply = [env.encode_header((env.REPLY, req_id, -1, True)), dumps(answers)[0]]
-        with contextlib.suppress(TransportClosed):
-            conn.send(reply)
-
-    def _refuse_spawn(
-        self,
-        conn: Connection,
-        req_id: int,
-        mesh_id: str,
-        ranks: Sequence[int],
-        error: BaseException,
-    ) -> None:
-        # The actor class (or an argument) cannot be loaded here: every rank fails its
-        # construction, with the import error and this interpreter's path to explain it.
-        problem = RuntimeError(
-            f"the worker (pid {os.getpid()}) cannot load what the spawn of mesh {mesh_id!r} "
-            f"needs, the actor class or its arguments: {type(error).__name__}: {error} "
-            f"(is its module importable by workers? their sys.path: {sys.path})"
-        )
-        problem.__cause__ = error
-        name = mesh_id.rsplit("-", 1)[0]
-        for rank in ranks:
-            payload = env.error_payload(
-                problem, mesh=name, point={}, endpoint="__init__", init=True
-            )
-            with contextlib.suppress(TransportClosed):
-                conn.send([env.encode_header((env.REPLY, req_id, rank, False)), payload])
-
-    def host(
-        self,
-        mesh_id: str,
-        rank: int,
-        factory: Callable[[], Any],
-        mesh_name: str,
-        point: dict[str, int],
-        done: Callable[[BaseException | None], None] | None = None,
-    ) -> None:
-        """Host an actor in this process without a SPAWN message (join-style processes).
-
-        ``factory`` builds the ``Hosted`` object on the actor's thread; callers anywhere
-        then reach it with CALL frames naming ``mesh_id`` and ``rank``.
-        """
-
-        def install() -> None:
-            mailbox = Mailbox(self.loop, name=f"actor {mesh_name}{point}")
-            self._hosted.setdefault(mesh_id, {})[rank] = _HostedActor(
-                mailbox, mesh_id, mesh_name, point
-            )
-            mailbox.construct(factory, done or (lambda error: None))
-
-        self.call_soon(install)
-
-    def deliver_local(self, mesh_id: str, rank: int, message: Any) -> bool:
-        """Queue ``message`` for an actor hosted here (loop thread); False if none."""
-        hosted = self._hosted.get(mesh_id, {}).get(rank)
-        if hosted is None:
-            return False
-        hosted.mailbox.deliver(message)
-        return True
-
-    def escalate(self, mesh_id: str, rank: int, endpoint: str, payload: bytes) -> bool:
-        """Report a failure of actor ``rank`` of ``mesh_id`` to whoever spawned that mesh.
-
-        It arrives there as a FAILURE frame, like a failed ``broadcast``. False when this
-        process does not know the spawner (the actor was hosted by ``host()``) or it is gone.
-        """
-        conn = self._spawners.get(mesh_id)
-        if conn is None or conn.closed:
-            return False
-        try:
-            conn.send([env.encode_header((env.FAILURE, mesh_id, rank, endpoint)), payload])
-        except TransportClosed:
-            return False
-        return True
-
-    def _handle_stop_mesh(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, req_id, mesh_id = header
-        self._spawners.pop(mesh_id, None)
-        for hosted in self._hosted.pop(mesh_id, {}).values():
-            hosted.mailbox.close()
-        if req_id:
-            with contextlib.suppress(TransportClosed):
-                conn.send([env.encode_header((env.REPLY, req_id, -1, True)), dumps(None)[0]])
-
     # -- connection loss ----------------------------------------------------------------
 
     def _on_close(self, conn: Connection, error: BaseException | None) -> None:
@@ -693,218 +434,7 @@ class Runtime:
 
     # -- worker processes (owner side) --------------------------------------------------
 
-    async def start_processes(
-        self, specs: Sequence[tuple[str, int, dict[str, str]]]
-    ) -> list[ChildProcess]:
-        """Start one worker per ``(key, rank, env)`` and wait until each has joined.
-
-        On failure (a worker dies early, or the spawn timeout passes) every process started
-        here is killed before the error propagates.
-        """
-        children: list[ChildProcess] = []
-        output = self.config.output
-        try:
-            for key, rank, extra_env in specs:
-                path = os.path.join(self.socket_dir, f"{key}.sock")
-                process_env = {
-                    **extra_env,
-                    "ACTORMESH_KEY": key,
-                    "ACTORMESH_PARENT": self.listen_path,
-                    "ACTORMESH_PARENT_PID": str(os.getpid()),
-                    "ACTORMESH_SOCKET_DIR": self.socket_dir,
-                    "ACTORMESH_OUTPUT": output,
-                    "ACTORMESH_SECRET": self.secret,
-                }
-                self._hello[path] = self.loop.create_future()
-                child = launch(key=key, rank=rank, listen_path=path, env=process_env, output=output)
-                children.append(child)
-                self._children[path] = child
-                if output == "prefix":
-                    forwarders = [
-                        PipeForwarder(self.loop, child.popen.stdout, "stdout"),
-                        PipeForwarder(self.loop, child.popen.stderr, "stderr"),
-                    ]
-                    for forwarder in forwarders:
-                        forwarder.start()
-                    self._forwarders[path] = forwarders
-                child.watch(self.loop, self._child_exited)
-            waits = [self._hello[c.listen_path] for c in children]
-            await asyncio.wait_for(asyncio.gather(*waits), self.config.spawn_timeout)
-        except BaseException:
-            await self.stop_processes(children, grace=0.0)
-            raise
-        finally:
-            for child in children:
-                self._hello.pop(child.listen_path, None)
-        return children
-
-    def _handle_hello(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, path, pid, key, *info = header
-        child = self._children.get(path)
-        if child is None and is_tcp(path):
-            # A process this one did not start dialled in: whoever waits for it adopts it.
-            self.joins.offer(Joined(conn, path, pid, key, info[0] if info else {}))
-            return
-        with self._conns_lock:
-            self._conns[path] = conn
-        conn.peer = path
-        if child is not None:
-            self._child_conns[conn] = child
-            self._monitor().track(child)
-        waiter = self._hello.get(path)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def adopt(
-        self, joined: Joined, rank: int, kill: Callable[[], None] | None = None
-    ) -> RemoteProcess:
-        """Own a process that joined over TCP, as ``rank`` (loop thread).
-
-        From now on it is one of this runtime's workers: probed by heartbeats, stopped by
-        ``stop_processes``, and its death (its connection closing) reported like a local
-        worker's exit. ``kill`` is how to end it for sure (see ``RemoteProcess``).
-        """
-        child = RemoteProcess(joined, rank, kill)
-        path = joined.address
-        self._children[path] = child
-        self._dead_paths.pop(path, None)
-        with self._conns_lock:
-            self._conns[path] = joined.conn
-        joined.conn.peer = path
-        self._child_conns[joined.conn] = child
-        child.watch(self.loop, self._child_exited)
-        if child.alive():
-            self._monitor().track(child)
-        return child
-
-    def _monitor(self) -> HeartbeatMonitor:
-        if self._heartbeat is None:
-            self._heartbeat = HeartbeatMonitor(
-                self.loop,
-                interval=self.config.heartbeat_interval,
-                timeout=self.config.heartbeat_timeout,
-                probe=self._probe,
-                declare_dead=self._declare_dead,
-            )
-        return self._heartbeat
-
-    def _probe(self, child: ChildProcess, seq: int) -> bool:
-        conn = self._conns.get(child.listen_path)
-        if conn is None or conn.closed:
-            return False
-        try:
-            conn.send([env.encode_header((env.PING, seq))])
-        except TransportClosed:
-            return False
-        return True
-
-    def _declare_dead(self, child: ChildProcess, note: str) -> None:
-        # Killing it turns silence into an ordinary death: the pidfd fires and
-        # _child_exited reports it once, with this note as the cause.
-        log.warning("worker %s (rank %s) %s", child.pid, child.rank, note)
-        child.death_note = note
-        child.signal_group(signal.SIGKILL)
-
-    def _child_exited(self, child: ChildProcess) -> None:
-        path = child.listen_path
-        if not child.stopping and self.relaunch_policy is not None and self.relaunch_policy(child):
-            self._deferrals.begin(path)
-        how = child.death_note or describe_exit(child.returncode)
-        reason = f"process {child.pid} (rank {child.rank}) {how}"
-        if child.restart_note:
-            reason += f"; {child.restart_note}"
-        if self._heartbeat is not None:
-            self._heartbeat.untrack(child)
-        self._dead_paths[path] = reason
-        for forwarder in self._forwarders.pop(path, []):
-            forwarder.drain()
-        waiter = self._hello.get(path)
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(
-                ActorDiedError(f"worker {reason} before joining its mesh", reason=reason)
-            )
-        conn = self._conns.get(path)
-        for known, owned in list(self._child_conns.items()):
-            if owned is child:
-                conn = known
-                del self._child_conns[known]
-        if conn is not None:
-            self._fail_connection(conn, reason)
-            conn.close()
-        # Whatever the worker started dies with it: no orphans. Its process group covers
-        # what its actors started. A worker that exited cleanly killed its descendants
-        # itself; after a crash, the environment tag finds the ones that left the group.
-        child.signal_group(signal.SIGKILL)
-        if child.returncode != 0:
-            kill_tagged("ACTORMESH_KEY", child.key)
-        if child.stopping:
-            return  # the owner asked for this exit: nothing to report
-        for listener in list(self.exit_listeners):
-            try:
-                listener(child, reason)
-            except Exception:
-                log.exception("a process-exit listener failed")
-
     # -- restarts (owner side) -----------------------------------------------------------
-
-    def relaunching(self, path: str) -> bool:
-        """True while the process at ``path`` is being restarted (any thread)."""
-        return self._deferrals.active(path)
-
-    def when_back(self, path: str, resume: Resume) -> bool:
-        """Run ``resume`` (loop thread) once ``path`` is restarted or its restart failed.
-
-        Returns False, holding nothing, when no restart of ``path`` is under way.
-        """
-        return self._deferrals.defer(path, resume)
-
-    async def relaunch(self, child: ChildProcess) -> ChildProcess:
-        """Start a process in the place of the dead ``child``: same rank, same socket path.
-
-        Keeping the path keeps every mesh reference to it valid; callers that had a
-        connection to the old process find the new one on their next connect.
-        """
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(child.listen_path)  # the dead process could not remove its socket
-        env = {**child.env, "ACTORMESH_RESTARTS": str(child.restarts + 1)}
-        (new,) = await self.start_processes([(child.key, child.rank, env)])
-        new.restarts = child.restarts + 1
-        return new
-
-    def end_relaunch(self, path: str, error: BaseException | None) -> None:
-        """The restart of ``path`` is over (loop thread): release or fail the held sends."""
-        if error is None:
-            self._dead_paths.pop(path, None)
-        self._deferrals.end(path, error)
-
-    async def stop_processes(self, children: Sequence[ChildProcess], grace: float) -> None:
-        """Ask workers to exit, then SIGTERM, then SIGKILL their process groups."""
-        for child in children:
-            child.stopping = True
-            if self._heartbeat is not None:
-                self._heartbeat.untrack(child)
-        for child in children:
-            conn = self._conns.get(child.listen_path)
-            if conn is not None and child.alive():
-                with contextlib.suppress(TransportClosed):
-                    conn.send([env.encode_header((env.SHUTDOWN,))])
-        for sig, wait in ((None, grace), (signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
-            alive = [c for c in children if c.alive()]
-            if not alive:
-                break
-            if sig is not None:
-                for child in alive:
-                    child.signal_group(sig)
-            deadline = self.loop.time() + wait
-            while any(c.alive() for c in alive) and self.loop.time() < deadline:
-                await asyncio.sleep(0.01)
-        for child in children:
-            child.signal_group(signal.SIGKILL)
-            self._children.pop(child.listen_path, None)
-
-    def children(self) -> list[ChildProcess]:
-        """Worker processes started by this runtime that have not been stopped."""
-        return list(self._children.values())
 
     # -- shutdown -----------------------------------------------------------------------
 
@@ -938,12 +468,20 @@ class Runtime:
         for child in children:
             child.signal_group(signal.SIGKILL)
         self.closed = True
-        if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self._close_listener)
+        if self.loop.is_running() and not self.in_loop_thread():
+            # Wait for it: at interpreter exit a scheduled callback may never run, and the
+            # socket directory would be left behind.
+            with contextlib.suppress(Exception):
+                self.run_sync(self._close_listener_soon(), timeout=5)
+        else:
+            self._close_listener()
+
+    async def _close_listener_soon(self) -> None:
+        self._close_listener()
 
     def _close_listener(self) -> None:
         if self._listener is not None:
             self._listener.close()
         self._close_tcp_listeners()
-        with contextlib.suppress(OSError):
-            os.rmdir(self.socket_dir)
+        if self._own_socket_dir:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)

@@ -308,16 +308,18 @@ class Connection:
         return int(n)
 
     def _read_big(self) -> None:
-        assert self._big is not None and self._big_view is not None
-        n = self._receive(self._big_view[self._big_filled :])
-        if n == 0:
-            self._finish(None)
-            return
-        self._big_filled += n
-        if self._big_filled == len(self._big):
-            view, lengths = self._big_view, self._big_lengths
-            self._big = self._big_view = None
-            self._deliver(view, lengths)
+        # A large frame is read until the socket runs dry (BlockingIOError ends it in the
+        # caller): one loop turn per kernel buffer would cost a wake-up per few MiB.
+        while self._big is not None and self._big_view is not None:
+            n = self._receive(self._big_view[self._big_filled :])
+            if n == 0:
+                self._finish(None)
+                return
+            self._big_filled += n
+            if self._big_filled == len(self._big):
+                view, lengths = self._big_view, self._big_lengths
+                self._big = self._big_view = None
+                self._deliver(view, lengths)
 
     def _parse(self) -> None:
         buf, view = self._buf, self._view

@@ -1,0 +1,317 @@
+"""Hosting actors: the worker side of SPAWN, CALL, CANCEL, INSPECT and STOP_MESH.
+
+A mixin of ``Runtime``: the actors this process hosts, by mesh id and rank, each behind
+its ``Mailbox``; ``_Delivery`` carries one call to one actor and its answer back to the
+caller on the connection the call came in on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from .._exceptions import MeshStoppedError
+from .._transport import Connection, TransportClosed
+from . import _envelope as env
+from ._inspect import describe
+from ._limits import check_message_size
+from ._mailbox import Mailbox
+from ._serialization import dumps, loads
+
+__all__ = ["Hosting"]
+
+# Seconds a STOP_MESH reply waits for busy actors to run their close hooks.
+_STOP_REPLY_GRACE = 2.0
+
+
+class _HostedActor:
+    __slots__ = ("mailbox", "mesh_id", "mesh_name", "point")
+
+    def __init__(
+        self, mailbox: Mailbox, mesh_id: str, mesh_name: str, point: dict[str, int]
+    ) -> None:
+        self.mailbox = mailbox
+        self.mesh_id = mesh_id
+        self.mesh_name = mesh_name
+        self.point = point
+
+
+class _Delivery:
+    """One call to one hosted actor, and the way back to its caller."""
+
+    __slots__ = (
+        "buffers",
+        "cancelled",
+        "conn",
+        "endpoint",
+        "mesh_id",
+        "mesh_name",
+        "payload",
+        "point",
+        "rank",
+        "req_id",
+    )
+
+    # The largest reply this process may send (Config.max_message_bytes, set by Runtime).
+    max_bytes: ClassVar[int] = 1 << 40
+
+    def __init__(
+        self,
+        conn: Connection,
+        req_id: int,
+        rank: int,
+        endpoint: str,
+        payload: memoryview,
+        buffers: list[memoryview],
+        hosted: _HostedActor,
+    ) -> None:
+        self.conn = conn
+        self.req_id = req_id
+        self.rank = rank
+        self.endpoint = endpoint
+        self.payload = payload
+        self.buffers = buffers
+        self.mesh_id = hosted.mesh_id
+        self.mesh_name = hosted.mesh_name
+        self.point = hosted.point
+        self.cancelled = False
+
+    def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        args, kwargs = loads(self.payload, self.buffers)
+        return args, kwargs
+
+    def succeed(self, value: Any) -> None:
+        if self.req_id == 0:
+            return
+        try:
+            payload, buffers = dumps(value)
+            if len(payload) > self.max_bytes or buffers:
+                what = f"the value returned by endpoint '{self.endpoint}'"
+                check_message_size([payload, *buffers], self.max_bytes, what)
+        except Exception as error:
+            self.fail(error)
+            return
+        header = env.encode_header((env.REPLY, self.req_id, self.rank, True))
+        with contextlib.suppress(TransportClosed):
+            self.conn.send([header, payload, *buffers])
+
+    def fail(self, error: BaseException) -> None:
+        payload = env.error_payload(
+            error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint
+        )
+        if self.req_id == 0:
+            header = env.encode_header((env.FAILURE, self.mesh_id, self.rank, self.endpoint))
+        else:
+            header = env.encode_header((env.REPLY, self.req_id, self.rank, False))
+        with contextlib.suppress(TransportClosed):
+            self.conn.send([header, payload])
+
+
+class Hosting:
+    """The actors hosted in this process (mixed into ``Runtime``)."""
+
+    loop: asyncio.AbstractEventLoop
+    _hosted: dict[str, dict[int, _HostedActor]]
+    _spawners: dict[str, Connection]
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        raise NotImplementedError
+
+    def _handle_call(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
+        _, req_id, mesh_id, ranks, endpoint = header
+        actors = self._hosted.get(mesh_id, {})
+        payload, buffers = parts[1], parts[2:]
+        for rank in ranks:
+            hosted = actors.get(rank)
+            if hosted is None:
+                self._reply_missing(conn, req_id, rank, mesh_id, endpoint)
+                continue
+            hosted.mailbox.deliver(
+                _Delivery(conn, req_id, rank, endpoint, payload, buffers, hosted)
+            )
+
+    def _reply_missing(
+        self, conn: Connection, req_id: int, rank: int, mesh_id: str, endpoint: str
+    ) -> None:
+        error = MeshStoppedError(f"actor mesh {mesh_id!r} has no live actor of rank {rank} here")
+        payload = env.error_payload(error, mesh=mesh_id, point={}, endpoint=endpoint)
+        head = (
+            (env.REPLY, req_id, rank, False) if req_id else (env.FAILURE, mesh_id, rank, endpoint)
+        )
+        with contextlib.suppress(TransportClosed):
+            conn.send([env.encode_header(head), payload])
+
+    def _handle_spawn(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
+        _, req_id, mesh_id, ranks = header
+        try:
+            spec = loads(parts[1], parts[2:])
+        except Exception as error:
+            self._refuse_spawn(conn, req_id, mesh_id, ranks, error)
+            return
+        self._spawners[mesh_id] = conn
+        actors = self._hosted.setdefault(mesh_id, {})
+        for rank in ranks:
+            factory, mesh_name, point = spec.actor(rank)
+            mailbox = Mailbox(self.loop, name=f"actor {mesh_name}{point}")
+            actors[rank] = _HostedActor(mailbox, mesh_id, mesh_name, point)
+
+            def done(
+                error: BaseException | None,
+                rank: int = rank,
+                name: str = mesh_name,
+                point: dict[str, int] = point,
+            ) -> None:
+                if error is None:
+                    reply = [env.encode_header((env.REPLY, req_id, rank, True)), dumps(None)[0]]
+                else:
+                    actors.pop(rank, None)
+                    payload = env.error_payload(
+                        error, mesh=name, point=point, endpoint="__init__", init=True
+                    )
+                    reply = [env.encode_header((env.REPLY, req_id, rank, False)), payload]
+                with contextlib.suppress(TransportClosed):
+                    conn.send(reply)
+
+            mailbox.construct(factory, done)
+
+    def _deliveries(
+        self, conn: Connection, mesh_id: str, ranks: Sequence[int], req_id: int
+    ) -> list[tuple[int, _HostedActor | None, Callable[[Any], bool]]]:
+        """For each rank: its hosted actor here, and a test for request ``req_id``'s message."""
+        actors = self._hosted.get(mesh_id, {})
+
+        def mine(message: Any) -> bool:
+            return (
+                getattr(message, "req_id", None) == req_id
+                and getattr(message, "conn", None) is conn
+            )
+
+        return [(rank, actors.get(rank), mine) for rank in ranks]
+
+    def _handle_cancel(self, conn: Connection, header: tuple[Any, ...]) -> None:
+        _, req_id, mesh_id, ranks = header
+        for _rank, hosted, mine in self._deliveries(conn, mesh_id, ranks, req_id):
+            if hosted is not None:
+                hosted.mailbox.cancel(mine)
+
+    def _handle_inspect(self, conn: Connection, header: tuple[Any, ...]) -> None:
+        _, req_id, mesh_id, ranks, call_id = header
+        answers: dict[int, dict[str, Any]] = {}
+        for rank, hosted, mine in self._deliveries(conn, mesh_id, ranks, call_id):
+            if hosted is None:
+                answers[rank] = {"state": "absent", "busy": None}
+            else:
+                answers[rank] = describe(hosted.mailbox, mine)
+        reply = [env.encode_header((env.REPLY, req_id, -1, True)), dumps(answers)[0]]
+        with contextlib.suppress(TransportClosed):
+            conn.send(reply)
+
+    def _refuse_spawn(
+        self,
+        conn: Connection,
+        req_id: int,
+        mesh_id: str,
+        ranks: Sequence[int],
+        error: BaseException,
+    ) -> None:
+        # The actor class (or an argument) cannot be loaded here: every rank fails its
+        # construction, with the import error and this interpreter's path to explain it.
+        problem = RuntimeError(
+            f"the worker (pid {os.getpid()}) cannot load what the spawn of mesh {mesh_id!r} "
+            f"needs, the actor class or its arguments: {type(error).__name__}: {error} "
+            f"(is its module importable by workers? their sys.path: {sys.path})"
+        )
+        problem.__cause__ = error
+        name = mesh_id.rsplit("-", 1)[0]
+        for rank in ranks:
+            payload = env.error_payload(
+                problem, mesh=name, point={}, endpoint="__init__", init=True
+            )
+            with contextlib.suppress(TransportClosed):
+                conn.send([env.encode_header((env.REPLY, req_id, rank, False)), payload])
+
+    def host(
+        self,
+        mesh_id: str,
+        rank: int,
+        factory: Callable[[], Any],
+        mesh_name: str,
+        point: dict[str, int],
+        done: Callable[[BaseException | None], None] | None = None,
+    ) -> None:
+        """Host an actor in this process without a SPAWN message (join-style processes).
+
+        ``factory`` builds the ``Hosted`` object on the actor's thread; callers anywhere
+        then reach it with CALL frames naming ``mesh_id`` and ``rank``.
+        """
+
+        def install() -> None:
+            mailbox = Mailbox(self.loop, name=f"actor {mesh_name}{point}")
+            self._hosted.setdefault(mesh_id, {})[rank] = _HostedActor(
+                mailbox, mesh_id, mesh_name, point
+            )
+            mailbox.construct(factory, done or (lambda error: None))
+
+        self.call_soon(install)
+
+    def deliver_local(self, mesh_id: str, rank: int, message: Any) -> bool:
+        """Queue ``message`` for an actor hosted here (loop thread); False if none."""
+        hosted = self._hosted.get(mesh_id, {}).get(rank)
+        if hosted is None:
+            return False
+        hosted.mailbox.deliver(message)
+        return True
+
+    def escalate(self, mesh_id: str, rank: int, endpoint: str, payload: bytes) -> bool:
+        """Report a failure of actor ``rank`` of ``mesh_id`` to whoever spawned that mesh.
+
+        It arrives there as a FAILURE frame, like a failed ``broadcast``. False when this
+        process does not know the spawner (the actor was hosted by ``host()``) or it is gone.
+        """
+        conn = self._spawners.get(mesh_id)
+        if conn is None or conn.closed:
+            return False
+        try:
+            conn.send([env.encode_header((env.FAILURE, mesh_id, rank, endpoint)), payload])
+        except TransportClosed:
+            return False
+        return True
+
+    def _handle_stop_mesh(self, conn: Connection, header: tuple[Any, ...]) -> None:
+        _, req_id, mesh_id = header
+        self._spawners.pop(mesh_id, None)
+        actors = list(self._hosted.pop(mesh_id, {}).values())
+        replied = False
+
+        def reply() -> None:
+            nonlocal replied
+            if replied or not req_id:
+                return
+            replied = True
+            with contextlib.suppress(TransportClosed):
+                conn.send([env.encode_header((env.REPLY, req_id, -1, True)), dumps(None)[0]])
+
+        # Answer once every actor's close hooks have run (a process group torn down, say),
+        # but never wait long for an actor stuck in a long `def` endpoint.
+        remaining = len(actors)
+
+        def closed() -> None:
+            nonlocal remaining
+            remaining -= 1
+            if remaining == 0:
+                reply()
+
+        for hosted in actors:
+            hosted.mailbox.close(closed)
+        if not actors:
+            reply()
+        else:
+            self.loop.call_later(_STOP_REPLY_GRACE, reply)

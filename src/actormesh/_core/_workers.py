@@ -1,0 +1,279 @@
+"""Worker processes this one owns: starting, joining, watching, relaunching, stopping.
+
+A mixin of ``Runtime`` (owner side). Workers say HELLO when connected; their deaths are
+seen through pidfds (local) or connection loss (remote), reported to pending calls and to
+``exit_listeners``; a heartbeat monitor finds workers that are alive but frozen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._config import Config
+from .._exceptions import ActorDiedError
+from .._transport import Connection, TransportClosed, is_tcp
+from . import _envelope as env
+from ._deferral import Deferrals, Resume
+from ._heartbeat import HeartbeatMonitor
+from ._output import PipeForwarder
+from ._process import ChildProcess, describe_exit, launch
+from ._reaper import kill_tagged
+from ._remote import Joined, Joins, RemoteProcess
+
+__all__ = ["Workers"]
+
+log = logging.getLogger("actormesh.runtime")
+
+
+class Workers:
+    """Processes started or adopted by this one (mixed into ``Runtime``)."""
+
+    config: Config
+    loop: asyncio.AbstractEventLoop
+    socket_dir: str
+    listen_path: str
+    secret: str
+    joins: Joins
+    _conns: dict[str, Connection]
+    _conns_lock: threading.Lock
+    _dead_paths: dict[str, str]
+    _children: dict[str, ChildProcess]
+    _child_conns: dict[Connection, ChildProcess]
+    _forwarders: dict[str, list[PipeForwarder]]
+    _hello: dict[str, asyncio.Future[None]]
+    _heartbeat: HeartbeatMonitor | None
+    _deferrals: Deferrals
+    exit_listeners: list[Callable[[ChildProcess, str], None]]
+    relaunch_policy: Callable[[ChildProcess], bool] | None
+
+    def _fail_connection(self, conn: Connection, reason: str) -> None:
+        raise NotImplementedError
+
+    async def start_processes(
+        self, specs: Sequence[tuple[str, int, dict[str, str]]]
+    ) -> list[ChildProcess]:
+        """Start one worker per ``(key, rank, env)`` and wait until each has joined.
+
+        On failure (a worker dies early, or the spawn timeout passes) every process started
+        here is killed before the error propagates.
+        """
+        children: list[ChildProcess] = []
+        output = self.config.output
+        try:
+            for key, rank, extra_env in specs:
+                path = os.path.join(self.socket_dir, f"{key}.sock")
+                process_env = {
+                    **extra_env,
+                    "ACTORMESH_KEY": key,
+                    "ACTORMESH_PARENT": self.listen_path,
+                    "ACTORMESH_PARENT_PID": str(os.getpid()),
+                    "ACTORMESH_SOCKET_DIR": self.socket_dir,
+                    "ACTORMESH_OUTPUT": output,
+                    "ACTORMESH_SECRET": self.secret,
+                }
+                self._hello[path] = self.loop.create_future()
+                child = launch(key=key, rank=rank, listen_path=path, env=process_env, output=output)
+                children.append(child)
+                self._children[path] = child
+                if output == "prefix":
+                    forwarders = [
+                        PipeForwarder(self.loop, child.popen.stdout, "stdout"),
+                        PipeForwarder(self.loop, child.popen.stderr, "stderr"),
+                    ]
+                    for forwarder in forwarders:
+                        forwarder.start()
+                    self._forwarders[path] = forwarders
+                child.watch(self.loop, self._child_exited)
+            waits = [self._hello[c.listen_path] for c in children]
+            done, _ = await asyncio.wait(
+                waits, timeout=self.config.spawn_timeout, return_when=asyncio.FIRST_EXCEPTION
+            )
+            for waiter in done:
+                waiter.result()  # a worker that died before joining: its error
+            if len(done) < len(waits):
+                late = [c.rank for c in children if not self._hello[c.listen_path].done()]
+                raise TimeoutError(
+                    f"worker processes of rank(s) {late} did not join within "
+                    f"{self.config.spawn_timeout:g} s (Config.spawn_timeout, "
+                    "ACTORMESH_SPAWN_TIMEOUT); the machine may be overloaded"
+                )
+        except BaseException:
+            await self.stop_processes(children, grace=0.0)
+            raise
+        finally:
+            for child in children:
+                self._hello.pop(child.listen_path, None)
+        return children
+
+    def _handle_hello(self, conn: Connection, header: tuple[Any, ...]) -> None:
+        _, path, pid, key, *info = header
+        child = self._children.get(path)
+        if child is None and is_tcp(path):
+            # A process this one did not start dialled in: whoever waits for it adopts it.
+            self.joins.offer(Joined(conn, path, pid, key, info[0] if info else {}))
+            return
+        with self._conns_lock:
+            self._conns[path] = conn
+        conn.peer = path
+        if child is not None:
+            self._child_conns[conn] = child
+            self._monitor().track(child)
+        waiter = self._hello.get(path)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def adopt(
+        self, joined: Joined, rank: int, kill: Callable[[], None] | None = None
+    ) -> RemoteProcess:
+        """Own a process that joined over TCP, as ``rank`` (loop thread).
+
+        From now on it is one of this runtime's workers: probed by heartbeats, stopped by
+        ``stop_processes``, and its death (its connection closing) reported like a local
+        worker's exit. ``kill`` is how to end it for sure (see ``RemoteProcess``).
+        """
+        child = RemoteProcess(joined, rank, kill)
+        path = joined.address
+        self._children[path] = child
+        self._dead_paths.pop(path, None)
+        with self._conns_lock:
+            self._conns[path] = joined.conn
+        joined.conn.peer = path
+        self._child_conns[joined.conn] = child
+        child.watch(self.loop, self._child_exited)
+        if child.alive():
+            self._monitor().track(child)
+        return child
+
+    def _monitor(self) -> HeartbeatMonitor:
+        if self._heartbeat is None:
+            self._heartbeat = HeartbeatMonitor(
+                self.loop,
+                interval=self.config.heartbeat_interval,
+                timeout=self.config.heartbeat_timeout,
+                probe=self._probe,
+                declare_dead=self._declare_dead,
+            )
+        return self._heartbeat
+
+    def _probe(self, child: ChildProcess, seq: int) -> bool:
+        conn = self._conns.get(child.listen_path)
+        if conn is None or conn.closed:
+            return False
+        try:
+            conn.send([env.encode_header((env.PING, seq))])
+        except TransportClosed:
+            return False
+        return True
+
+    def _declare_dead(self, child: ChildProcess, note: str) -> None:
+        # Killing it turns silence into an ordinary death: the pidfd fires and
+        # _child_exited reports it once, with this note as the cause.
+        log.warning("worker %s (rank %s) %s", child.pid, child.rank, note)
+        child.death_note = note
+        child.signal_group(signal.SIGKILL)
+
+    def _child_exited(self, child: ChildProcess) -> None:
+        path = child.listen_path
+        if not child.stopping and self.relaunch_policy is not None and self.relaunch_policy(child):
+            self._deferrals.begin(path)
+        how = child.death_note or describe_exit(child.returncode)
+        reason = f"process {child.pid} (rank {child.rank}) {how}"
+        if child.restart_note:
+            reason += f"; {child.restart_note}"
+        if self._heartbeat is not None:
+            self._heartbeat.untrack(child)
+        self._dead_paths[path] = reason
+        for forwarder in self._forwarders.pop(path, []):
+            forwarder.drain()
+        waiter = self._hello.get(path)
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(
+                ActorDiedError(f"worker {reason} before joining its mesh", reason=reason)
+            )
+        conn = self._conns.get(path)
+        for known, owned in list(self._child_conns.items()):
+            if owned is child:
+                conn = known
+                del self._child_conns[known]
+        if conn is not None:
+            self._fail_connection(conn, reason)
+            conn.close()
+        # Whatever the worker started dies with it: no orphans. Its process group covers
+        # what its actors started. A worker that exited cleanly killed its descendants
+        # itself; after a crash, the environment tag finds the ones that left the group.
+        child.signal_group(signal.SIGKILL)
+        if child.returncode != 0:
+            kill_tagged("ACTORMESH_KEY", child.key)
+        if child.stopping:
+            return  # the owner asked for this exit: nothing to report
+        for listener in list(self.exit_listeners):
+            try:
+                listener(child, reason)
+            except Exception:
+                log.exception("a process-exit listener failed")
+
+    def relaunching(self, path: str) -> bool:
+        """True while the process at ``path`` is being restarted (any thread)."""
+        return self._deferrals.active(path)
+
+    def when_back(self, path: str, resume: Resume) -> bool:
+        """Run ``resume`` (loop thread) once ``path`` is restarted or its restart failed.
+
+        Returns False, holding nothing, when no restart of ``path`` is under way.
+        """
+        return self._deferrals.defer(path, resume)
+
+    async def relaunch(self, child: ChildProcess) -> ChildProcess:
+        """Start a process in the place of the dead ``child``: same rank, same socket path.
+
+        Keeping the path keeps every mesh reference to it valid; callers that had a
+        connection to the old process find the new one on their next connect.
+        """
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(child.listen_path)  # the dead process could not remove its socket
+        env = {**child.env, "ACTORMESH_RESTARTS": str(child.restarts + 1)}
+        (new,) = await self.start_processes([(child.key, child.rank, env)])
+        new.restarts = child.restarts + 1
+        return new
+
+    def end_relaunch(self, path: str, error: BaseException | None) -> None:
+        """The restart of ``path`` is over (loop thread): release or fail the held sends."""
+        if error is None:
+            self._dead_paths.pop(path, None)
+        self._deferrals.end(path, error)
+
+    async def stop_processes(self, children: Sequence[ChildProcess], grace: float) -> None:
+        """Ask workers to exit, then SIGTERM, then SIGKILL their process groups."""
+        for child in children:
+            child.stopping = True
+            if self._heartbeat is not None:
+                self._heartbeat.untrack(child)
+        for child in children:
+            conn = self._conns.get(child.listen_path)
+            if conn is not None and child.alive():
+                with contextlib.suppress(TransportClosed):
+                    conn.send([env.encode_header((env.SHUTDOWN,))])
+        for sig, wait in ((None, grace), (signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
+            alive = [c for c in children if c.alive()]
+            if not alive:
+                break
+            if sig is not None:
+                for child in alive:
+                    child.signal_group(sig)
+            deadline = self.loop.time() + wait
+            while any(c.alive() for c in alive) and self.loop.time() < deadline:
+                await asyncio.sleep(0.01)
+        for child in children:
+            child.signal_group(signal.SIGKILL)
+            self._children.pop(child.listen_path, None)
+
+    def children(self) -> list[ChildProcess]:
+        """Worker processes started by this runtime that have not been stopped."""
+        return list(self._children.values())
