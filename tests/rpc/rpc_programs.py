@@ -148,6 +148,29 @@ def sum_of_squares(x: torch.Tensor) -> torch.Tensor:
     return (x * x).sum()
 
 
+_PARKED: list[Any] = []
+
+
+@actormesh_rpc.functions.async_execution
+def parked(i: int) -> Any:
+    """Reply only when ``release_parked`` runs: no thread may wait meanwhile."""
+    gate: torch.futures.Future[int] = torch.futures.Future()
+    _PARKED.append(gate)
+    return gate.then(lambda fut: fut.wait() + i)
+
+
+def count_parked() -> int:
+    return len(_PARKED)
+
+
+def release_parked() -> int:
+    gates = list(_PARKED)
+    _PARKED.clear()
+    for gate in gates:
+        gate.set_result(100)
+    return len(gates)
+
+
 def make_param(n: int) -> nn.Parameter:
     return nn.Parameter(torch.arange(float(n)))
 
@@ -174,6 +197,8 @@ def gradients_on_owner(context_id: int, rref: Any) -> list[float]:
 
 def contract(rank: int, world_size: int, backend: str) -> dict[str, Any]:
     """Exercise each point of the shared API from w0 (w1 and w2 serve)."""
+    from rpc_support import wait_until
+
     ns = init(rank, world_size, backend)
     rpc = ns.rpc
     out: dict[str, Any] = {}
@@ -274,6 +299,19 @@ def contract(rank: int, world_size: int, backend: str) -> dict[str, Any]:
             out["to_here_timeout"] = "no error"
         except RuntimeError as error:
             out["to_here_timeout"] = "timeout" in str(error).lower() or "timed out" in str(error)
+
+        slow = rpc.rpc_async("w1", sleep_for, args=(1.5,))
+        started = time.monotonic()
+        rpc.rpc_sync("w1", whoami)
+        # A slow call does not hold up the next one: calls run on a thread pool.
+        out["concurrent_calls"] = [time.monotonic() - started < 1.0, slow.done()]
+        slow.wait()
+
+        # More parked async_execution calls than the pool has threads (16).
+        parked_calls = [rpc.rpc_async("w1", parked, args=(i,)) for i in range(40)]
+        wait_until(lambda: rpc.rpc_sync("w1", count_parked) == 40, 60, "40 parked calls")
+        out["parked_released"] = rpc.rpc_sync("w1", release_parked)
+        out["parked_results"] = torch.futures.wait_all(parked_calls)
 
         out["async_execution"] = rpc.rpc_sync(
             "w1", async_add_chained, args=("w2", ones, 1, 1)

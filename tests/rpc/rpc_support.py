@@ -30,6 +30,9 @@ def free_port() -> int:
         return port
 
 
+_GRACE_AFTER_ERROR_S = 15.0
+
+
 class GroupFailed(AssertionError):
     """A worker raised, died, or the group ran out of time."""
 
@@ -95,9 +98,12 @@ def _collect(procs: list[Any], readers: dict[Connection, int], timeout: float) -
     while pending:
         left = deadline - time.monotonic()
         if left <= 0:
+            details = "\n".join(f"--- rank {r}:\n{text}" for r, text in sorted(errors.items()))
             raise GroupFailed(
-                f"ranks {sorted(pending.values())} did not finish within {timeout} s; "
-                f"errors so far: {errors}"
+                f"ranks {sorted(pending.values())} did not finish in time; other ranks "
+                f"failed:\n{details}"
+                if errors
+                else f"ranks {sorted(pending.values())} did not finish within {timeout} s"
             )
         for reader in wait(list(pending), timeout=left):
             rank = pending.pop(reader)  # type: ignore[call-overload]
@@ -111,6 +117,9 @@ def _collect(procs: list[Any], readers: dict[Connection, int], timeout: float) -
                 results[rank] = value
             else:
                 errors[rank] = value
+                # The others may wait for the failed rank forever (torch's shutdown does):
+                # give them a short grace, not the whole time limit.
+                deadline = min(deadline, time.monotonic() + _GRACE_AFTER_ERROR_S)
     if errors:
         details = "\n".join(f"--- rank {rank}:\n{text}" for rank, text in sorted(errors.items()))
         raise GroupFailed(f"{len(errors)} worker(s) failed:\n{details}")
