@@ -8,7 +8,8 @@ reward rises as the policy learns to balance the pole.
 
 Only the imports differ from a torch.distributed.rpc program.
 
-Run it with ``python examples/rpc_reinforce.py [--episodes N] [--observers N]``.
+Run it with ``python examples/rpc_reinforce.py [--episodes N] [--observers N]``; a few
+hundred episodes (``--episodes 300``) solve CartPole (running reward above 475).
 """
 
 from __future__ import annotations
@@ -169,10 +170,10 @@ def free_port():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=400)
+    parser.add_argument("--episodes", type=int, default=60)
     parser.add_argument("--observers", type=int, default=2)
     parser.add_argument("--steps", type=int, default=500, help="most steps per episode")
-    parser.add_argument("--lr", type=float, default=1e-2, help="the policy's learning rate")
+    parser.add_argument("--lr", type=float, default=3e-2, help="the policy's learning rate")
     args = parser.parse_args()
     world_size = args.observers + 1
     mp.spawn(
