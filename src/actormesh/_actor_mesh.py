@@ -22,7 +22,7 @@ from ._exceptions import ActorDiedError
 from ._future import Future
 from ._mesh_state import MeshState, state_of
 from ._routing import Affinity, ChoosePolicy, policy_from
-from ._shape import Point, Shape
+from ._shape import Point, Shape, Shaped
 
 if TYPE_CHECKING:
     from ._transport import Connection
@@ -56,7 +56,7 @@ class MeshRef:
     paths: tuple[str, ...]
 
 
-class ActorMesh(Generic[T]):
+class ActorMesh(Shaped, Generic[T]):
     """A group of actors of one class; returned by ``ProcMesh.spawn`` and ``actor_mesh()``.
 
     Endpoints are reached as attributes (``mesh.step.call(x)``). Slicing
@@ -146,19 +146,6 @@ class ActorMesh(Generic[T]):
     def name(self) -> str:
         """The name given at spawn."""
         return self._ref.name
-
-    @property
-    def shape(self) -> Shape:
-        """Dimensions of this handle (a slice has fewer points than the whole mesh)."""
-        return self._shape
-
-    @property
-    def size(self) -> int:
-        """Number of actors in this handle."""
-        return len(self._shape)
-
-    def __len__(self) -> int:
-        return len(self._shape)
 
     def _view(self, shape: Shape) -> ActorMesh[T]:
         return ActorMesh(self._ref, shape, self._class, self._settings)

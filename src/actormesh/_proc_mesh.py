@@ -24,7 +24,7 @@ from ._core._envelope import SPAWN
 from ._exceptions import MeshStoppedError
 from ._future import Future
 from ._mesh_state import all_states
-from ._shape import Point, Shape, ValueMesh
+from ._shape import Point, Shape, Shaped, ValueMesh
 
 __all__ = ["ProcMesh", "proc_mesh"]
 
@@ -45,25 +45,12 @@ class _Processes:
         self.restarter: _restart.Restarter | None = None
 
 
-class ProcMesh:
+class ProcMesh(Shaped):
     """Worker processes with named dimensions; returned by ``proc_mesh()``."""
 
     def __init__(self, processes: _Processes, shape: Shape) -> None:
         self._processes = processes
         self._shape = shape
-
-    @property
-    def shape(self) -> Shape:
-        """The dimensions of this mesh (of this slice of it)."""
-        return self._shape
-
-    @property
-    def size(self) -> int:
-        """Number of processes."""
-        return len(self._shape)
-
-    def __len__(self) -> int:
-        return len(self._shape)
 
     def slice(self, **dims: int | slice | range) -> ProcMesh:
         """The processes at these coordinates."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Point", "Shape", "ValueMesh"]
+__all__ = ["Point", "Shape", "Shaped", "ValueMesh"]
 
 T = TypeVar("T")
 
@@ -502,3 +502,22 @@ class ValueMesh(Generic[T]):
 
     def __repr__(self) -> str:
         return f"ValueMesh({self._shape}, {reprlib.repr(list(self._values))})"
+
+
+class Shaped:
+    """Base of mesh handles: a ``Shape`` and the size questions answered from it."""
+
+    _shape: Shape
+
+    @property
+    def shape(self) -> Shape:
+        """Dimensions of this handle (a slice has fewer points than the whole mesh)."""
+        return self._shape
+
+    @property
+    def size(self) -> int:
+        """Number of members (actors or processes) in this handle."""
+        return len(self._shape)
+
+    def __len__(self) -> int:
+        return len(self._shape)
