@@ -28,17 +28,20 @@ if TYPE_CHECKING:
 __all__ = ["Agent", "endpoint"]
 
 Handler = Callable[..., "asyncio.Future[Any] | None"]
-# name -> (handler, counted): counted messages take part in shutdown's quiescence check.
-_ENDPOINTS: dict[str, tuple[Handler, bool]] = {}
+# name -> (handler, counted, direct): counted messages take part in shutdown's quiescence
+# check; direct handlers answer by themselves (``RpcState.reply``) and report their errors.
+_ENDPOINTS: dict[str, tuple[Handler, bool, bool]] = {}
 
 
-def endpoint(name: str, *, counted: bool = True) -> Callable[[Handler], Handler]:
+def endpoint(
+    name: str, *, counted: bool = True, direct: bool = False
+) -> Callable[[Handler], Handler]:
     """Register ``handler(state, *args)`` as the agent endpoint ``name``."""
 
     def register(handler: Handler) -> Handler:
         if name in _ENDPOINTS:
             raise ValueError(f"agent endpoint {name!r} is registered twice")
-        _ENDPOINTS[name] = (handler, counted)
+        _ENDPOINTS[name] = (handler, counted, direct)
         return handler
 
     return register
@@ -84,8 +87,8 @@ class Agent:
 
 
 def _dispatch(state: RpcState, endpoint: str, args: tuple[Any, ...]) -> Awaitable[Any]:
-    handler, counted = _ENDPOINTS[endpoint]
-    if state.closed and counted:
+    handler, counted, direct = _ENDPOINTS[endpoint]
+    if state.closed and counted and not direct:
         raise MeshStoppedError(f"RPC has shut down on worker {state.me.name!r}")
     result = handler(state, *args)
     if result is None:

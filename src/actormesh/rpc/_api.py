@@ -415,6 +415,7 @@ def _send_call(
         on_done,
         what=f"{mode}({function_name(func)}) to {dest}",
         timeout=seconds,
+        direct_reply=True,
     )
 
 

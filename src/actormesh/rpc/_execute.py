@@ -122,21 +122,32 @@ def _execute(
     run_function(fn, args, kwargs, ctx, finish)
 
 
-@endpoint("run")
+@endpoint("run", direct=True)
 def _handle_run(
-    state: RpcState, src: int, context_id: int, key: Any, payload: Any, *buffers: Any
-) -> Any:
-    reply = state.loop.create_future()
-
+    state: RpcState,
+    src: int,
+    reply_id: int,
+    context_id: int,
+    key: Any,
+    payload: Any,
+    *buffers: Any,
+) -> None:
+    # The thread that finishes the call sends the reply itself: no hop through the loop.
     def finish(ok: bool, value: Any, ctx: Context | None, name: str) -> None:
         try:
             out = encode_reply(state, value, src, ctx) if ok else failure_reply(state, value, name)
         except BaseException as error:
             out = failure_reply(state, error, name)
-        state.resolve(reply, out)
+        state.reply(src, reply_id, out)
 
-    state.pool.submit(_execute, state, src, context_id, key, payload, buffers, finish)
-    return reply
+    if state.closed:
+        error = RuntimeError(f"RPC has shut down on worker {state.me.name!r}")
+        state.reply(src, reply_id, failure_reply(state, error, "(the call)"))
+        return
+    try:
+        state.pool.submit(_execute, state, src, context_id, key, payload, buffers, finish)
+    except BaseException as error:
+        state.reply(src, reply_id, failure_reply(state, error, "(the call)"))
 
 
 @endpoint("remote")

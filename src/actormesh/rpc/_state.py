@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from .._core import Runtime, dumps
-from .._core._envelope import CALL
+from .._core._envelope import CALL, REPLY
 from .._exceptions import ActorDiedError
 from ._calls import Call, Deadlines, OnDone
 from ._errors import RpcNotInitialized, WorkerDiedError
@@ -147,10 +147,14 @@ class RpcState:
         what: str,
         timeout: float | None,
         counted: bool = True,
+        direct_reply: bool = False,
     ) -> Call:
         """Send a request to ``dest``'s agent; ``on_done(ok, value)`` runs on the loop thread.
 
-        ``counted`` requests hold up a graceful shutdown until they finish.
+        ``counted`` requests hold up a graceful shutdown until they finish. With
+        ``direct_reply`` the agent answers with a REPLY frame of its own, sent by whichever
+        thread finishes the work (see ``reply``): the request id travels as the second
+        argument and the frame asks the runtime for no reply.
         """
         call = Call(self.runtime, what, on_done, timeout, self._finished if counted else None)
         if counted:
@@ -164,11 +168,14 @@ class RpcState:
             self._fail_soon(call, WorkerDiedError(message, reason=reason))
             return call
         try:
-            payload, buffers = dumps((args, {}))
             conn = self.runtime.connection(self.paths[dest])
             call.conn = conn
             call.req_id = self.runtime.register(call)
-            header = (CALL, call.req_id, self.agents[dest], (dest,), endpoint)
+            if direct_reply:
+                args = (args[0], call.req_id, *args[1:])
+            payload, buffers = dumps((args, {}))
+            header_id = 0 if direct_reply else call.req_id
+            header = (CALL, header_id, self.agents[dest], (dest,), endpoint)
             self.runtime.send(conn, header, [payload, *buffers])
         except ActorDiedError as error:
             self.runtime.forget(call.req_id)
@@ -196,6 +203,16 @@ class RpcState:
             self.runtime.send(conn, header, [payload, *buffers])
         except Exception:
             log.debug("dropped a %r message to worker %d", endpoint, dest, exc_info=True)
+
+    def reply(self, dest: int, req_id: int, value: Any) -> None:
+        """Answer a ``direct_reply`` request of ``dest`` from any thread (lost silently if
+        ``dest`` is gone: its call fails on its own)."""
+        try:
+            payload, buffers = dumps(value)
+            conn = self.runtime.connection(self.paths[dest])
+            self.runtime.send(conn, (REPLY, req_id, self.me.id, True), [payload, *buffers])
+        except Exception:
+            log.debug("could not answer request %d of worker %d", req_id, dest, exc_info=True)
 
     def _fail_soon(self, call: Call, error: BaseException) -> None:
         try:
