@@ -677,3 +677,17 @@ def join_as(rank: int, world_size: int, names: list[str], ranks: list[int]) -> A
         return [type(error).__name__, str(error)]
     rpc.shutdown()
     return "joined"
+
+
+def leader_leaves_early(rank: int, world_size: int) -> Any:
+    """w0 shuts down without waiting (and lives on); the others shut down gracefully."""
+    ns = init(rank, world_size, "actormesh")
+    if rank == 0:
+        ns.rpc.shutdown(graceful=False)
+        threading.Event().wait()  # stays alive until the test ends it
+    started = time.monotonic()
+    try:
+        ns.rpc.shutdown()
+    except Exception as error:
+        return [type(error).__name__, str(error), round(time.monotonic() - started, 1)]
+    return ["no error"]

@@ -69,3 +69,12 @@ def test_graceful_shutdown_with_dead_peers_fails_clearly_instead_of_hanging(
     assert is_runtime_error
     assert "shutdown" in message and "gone" in message
     assert seconds < 10  # at once in practice; generous for a loaded machine
+
+
+def test_graceful_shutdown_fails_clearly_when_rank_zero_left_without_waiting() -> None:
+    results = run_group(rpc_programs.leader_leaves_early, 3, timeout=100, may_die=frozenset({0}))
+    for rank in (1, 2):
+        name, message, seconds = results[rank]
+        assert name == "WorkerDiedError", message
+        assert "shutdown" in message and "name=w0" in message
+        assert seconds < 10

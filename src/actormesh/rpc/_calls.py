@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._core import loads
 from .._core._envelope import error_from_payload
+from .._exceptions import MeshStoppedError
 from ._errors import RpcTimeoutError, WorkerDiedError
 
 if TYPE_CHECKING:
@@ -81,7 +82,12 @@ class Call:
             else:
                 self.finish(True, value)
         else:
-            self.finish(False, error_from_payload(parts[0]))
+            failure: BaseException = error_from_payload(parts[0])
+            if isinstance(failure, MeshStoppedError):
+                # The process lives on, but its RPC agent is gone: it left the group.
+                reason = "the worker has shut down RPC"
+                failure = WorkerDiedError(f"{self.what} failed: {reason}", reason=reason)
+            self.finish(False, failure)
         return True
 
     def on_lost(self, conn: Connection, reason: str) -> bool:

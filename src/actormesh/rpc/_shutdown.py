@@ -142,6 +142,8 @@ def _gather(state: RpcState, key: str, value: Any, deadline: float | None) -> di
     future: ConcurrentFuture[dict[int, Any]] = ConcurrentFuture()
 
     def done(ok: bool, reply: Any) -> None:
+        if future.done():
+            return
         if ok:
             future.set_result(reply)
         elif isinstance(reply, ActorError) and isinstance(reply.cause, Exception):
@@ -149,17 +151,31 @@ def _gather(state: RpcState, key: str, value: Any, deadline: float | None) -> di
         else:
             future.set_exception(reply)
 
+    def leader_gone(rank: int, reason: str, died: bool) -> None:
+        # Rank 0 may leave without the barrier (graceful=False) and live on.
+        if rank == 0 and not future.done():
+            error = WorkerDiedError(
+                f"RPC shutdown cannot complete: {state.workers[0]} keeps the shutdown barrier "
+                f"and is gone ({reason})",
+                reason=reason,
+            )
+            future.set_exception(error)
+
     left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
-    state.request(
-        0,
-        "barrier",
-        (state.me.id, key, value),
-        done,
-        what="the RPC shutdown barrier",
-        timeout=left,
-        counted=False,
-    )
-    return future.result()
+    state.peer_listeners.append(leader_gone)
+    try:
+        state.request(
+            0,
+            "barrier",
+            (state.me.id, key, value),
+            done,
+            what="the RPC shutdown barrier",
+            timeout=left,
+            counted=False,
+        )
+        return future.result()
+    finally:
+        state.peer_listeners.remove(leader_gone)
 
 
 # -- shutdown -------------------------------------------------------------------------------

@@ -1,0 +1,92 @@
+"""The pure parts of actormesh.rpc, in this process: options, names, rendezvous rules,
+errors."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import actormesh
+from actormesh import rpc
+from actormesh.rpc._options import UNSET_RPC_TIMEOUT, resolve_timeout
+from actormesh.rpc._rendezvous import Member, _conflict, parse_init_method
+
+
+def test_timeouts_resolve_like_torchs() -> None:
+    assert resolve_timeout(UNSET_RPC_TIMEOUT, 60.0) == 60.0
+    assert resolve_timeout(None, 60.0) == 60.0
+    assert resolve_timeout(2.5, 60.0) == 2.5
+    assert resolve_timeout(0, 60.0) is None  # 0 means no limit
+    assert resolve_timeout(UNSET_RPC_TIMEOUT, 0.0) is None
+    with pytest.raises(ValueError, match="timeout must be"):
+        resolve_timeout(-3, 60.0)
+
+
+def test_backend_options_keep_torchs_defaults() -> None:
+    options = rpc.TensorPipeRpcBackendOptions()
+    assert (options.num_worker_threads, options.rpc_timeout, options.init_method) == (
+        16,
+        60.0,
+        "env://",
+    )
+    options.set_device_map("w1", {"cuda:0": "cuda:1"})
+    assert options.device_maps == {"w1": {"cuda:0": "cuda:1"}}
+    with pytest.raises(ValueError, match="num_worker_threads"):
+        rpc.TensorPipeRpcBackendOptions(num_worker_threads=0)
+
+
+def test_init_methods_name_the_rendezvous_address() -> None:
+    env = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    assert parse_init_method("env://", env) == ("10.0.0.1", 29500)
+    assert parse_init_method("tcp://127.0.0.1:1234", {}) == ("127.0.0.1", 1234)
+    with pytest.raises(ValueError, match="MASTER_PORT is not set"):
+        parse_init_method("env://", {"MASTER_ADDR": "x"})
+    with pytest.raises(ValueError, match="unsupported init_method"):
+        parse_init_method("file:///tmp/store", {})
+    with pytest.raises(ValueError, match="tcp://host:port"):
+        parse_init_method("tcp://nohost", {})
+
+
+def _member(name: str, rank: int, world_size: int = 3) -> Member:
+    return Member(name, rank, world_size, "host", 100 + rank, f"/s/{rank}", f"agent{rank}")
+
+
+def test_rendezvous_conflicts_name_both_sides() -> None:
+    members = {0: _member("a", 0), 1: _member("b", 1)}
+    assert _conflict(members, _member("c", 2), 3) == ""
+    assert "rank 1 is used twice: by 'b' (pid 101) and by 'c'" in _conflict(
+        members, _member("c", 1), 3
+    )
+    assert "worker name 'b' is used twice" in _conflict(members, _member("b", 2), 3)
+    assert "world_size=4" in _conflict(members, _member("c", 2, world_size=4), 3)
+    assert "outside 0..2" in _conflict(members, _member("c", 7), 3)
+
+
+def test_worker_info_prints_and_compares_like_torchs() -> None:
+    info = rpc.WorkerInfo(1, "w1")
+    assert repr(info) == str(info) == "WorkerInfo(id=1, name=w1)"
+    assert info == rpc.WorkerInfo(1, "w1") and hash(info) == hash(rpc.WorkerInfo(1, "w1"))
+    assert pickle.loads(pickle.dumps(info)) == info
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        rpc.RpcTimeoutError("RPC ran for more than set timeout (300 ms)"),
+        rpc.WorkerDiedError("worker w1 died", reason="killed by SIGKILL"),
+        rpc.RpcNotInitialized("no init_rpc"),
+        rpc.RendezvousError("rank 1 is used twice"),
+    ],
+)
+def test_errors_are_runtime_errors_that_pickle(error: Exception) -> None:
+    assert isinstance(error, RuntimeError)
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error) and str(copy) == str(error)
+    assert vars(copy) == vars(error)
+
+
+def test_errors_are_also_the_actormesh_errors_of_the_same_meaning() -> None:
+    assert issubclass(rpc.RpcTimeoutError, actormesh.CallTimeoutError)
+    assert issubclass(rpc.RpcTimeoutError, TimeoutError)
+    assert issubclass(rpc.WorkerDiedError, actormesh.ActorDiedError)
