@@ -454,16 +454,16 @@ class ValueMesh(Generic[T]):
     def __len__(self) -> int:
         return len(self._values)
 
-    def items(self) -> Iterator[tuple[Point, T]]:
+    def items(self) -> list[tuple[Point, T]]:
         """``(point, value)`` pairs, row-major."""
-        return zip(self._shape.points(), self._values, strict=True)
+        return list(zip(self._shape.points(), self._values, strict=True))
 
-    def values(self) -> Iterator[T]:
-        """The values, row-major."""
-        return iter(self._values)
+    def values(self) -> list[T]:
+        """The values, row-major (a new list)."""
+        return list(self._values)
 
     def __iter__(self) -> Iterator[tuple[Point, T]]:
-        return self.items()
+        return iter(self.items())
 
     def item(self, **coords: int) -> T:
         """The value at the given coordinates; every dimension must be named.

@@ -28,6 +28,7 @@ __all__ = [
     "SplitAlong",
     "as_dispatch",
     "concat",
+    "concat_or_list",
     "first_of_replicas",
     "split_along",
     "value_mesh",
@@ -143,12 +144,26 @@ def concat(results: ValueMesh[Any], dim: str | None = None) -> Any:
     )
 
 
+def concat_or_list(results: ValueMesh[Any], dim: str | None = None) -> Any:
+    """`concat` when the per-shard results can be joined, else the list of them.
+
+    The default of ``shard``: a batch of lists or tensors comes back as one, and an
+    endpoint that returns a scalar per shard (a loss, a count) gives one per shard.
+    """
+    parts = first_of_replicas(results, dim)
+    try:
+        return concat(results, dim)
+    except TypeError:
+        return parts
+
+
 def value_mesh(results: ValueMesh[Any], dim: str | None = None) -> ValueMesh[Any]:
     """Return ``results`` unchanged: one value per point, replicas included."""
     return results
 
 
 _COLLECTORS: dict[str, CollectFn] = {
+    "auto": concat_or_list,
     "concat": concat,
     "first_of_replicas": first_of_replicas,
     "value_mesh": value_mesh,
@@ -216,7 +231,7 @@ def split_along(
     dim: str | None = None,
     *,
     pad: bool = False,
-    collect: Literal["concat", "first_of_replicas", "value_mesh"] | CollectFn = "concat",
+    collect: Literal["auto", "concat", "first_of_replicas", "value_mesh"] | CollectFn = "auto",
 ) -> SplitAlong:
     """A dispatch that shards every batch-like argument along the mesh dimension ``dim``.
 
@@ -236,7 +251,8 @@ def split_along(
             error. If True, lengths may be uneven and, like ``numpy.array_split``, the
             first ``length % shards`` shards get one extra item (shards may be empty when
             the length is below the number of shards).
-        collect: How results combine: ``"concat"`` (`concat`), ``"first_of_replicas"``
+        collect: How results combine: ``"auto"`` (`concat_or_list`, the default),
+            ``"concat"`` (`concat`, strict), ``"first_of_replicas"``
             (`first_of_replicas`), ``"value_mesh"`` (`value_mesh`), or a callable
             ``collect(results, dim)`` receiving the `ValueMesh` and the resolved dimension.
 

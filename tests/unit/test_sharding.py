@@ -258,3 +258,14 @@ def test_as_dispatch_wraps_a_ray_style_function_that_makes_the_calls() -> None:
 def test_as_dispatch_rejects_what_is_not_callable() -> None:
     with pytest.raises(TypeError, match="dispatch must be"):
         as_dispatch("split")  # type: ignore[arg-type]
+
+
+def test_the_default_collect_joins_batches_and_lists_scalars() -> None:
+    dispatch = as_dispatch(None)
+    assert dispatch.collect(ValueMesh(DP4, [[1], [2], [3], [4]])) == [1, 2, 3, 4]
+    # Scalars (a loss per shard) cannot be joined: one per data-parallel group instead.
+    by_dp = split_along("dp")
+    assert by_dp.collect(ValueMesh(DP2_TP2, [0.5, 0.5, 0.25, 0.25])) == [0.5, 0.25]
+    # An explicit "concat" stays strict.
+    with pytest.raises(TypeError, match="concat needs"):
+        split_along(collect="concat").collect(ValueMesh(DP4, [1.0, 2.0, 3.0, 4.0]))
