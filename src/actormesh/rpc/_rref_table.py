@@ -304,15 +304,16 @@ def _handle_get(state: RpcState, src: int, context_id: int, rref_id: Id) -> Any:
             return failure_reply(state, entry.value, "RRef.to_here")
         return encode_reply(state, entry.value, src, ctx)
 
+    def job(entry: OwnerEntry) -> None:
+        try:
+            out = encode(entry)
+        except BaseException as error:
+            state.resolve(reply, error=error)
+        else:
+            state.resolve(reply, out)
+
     def ready(entry: OwnerEntry) -> None:
-        future = state.pool.submit(encode, entry)
-        future.add_done_callback(
-            lambda f: (
-                state.resolve(reply, f.result())
-                if f.exception() is None
-                else state.resolve(reply, error=f.exception())
-            )
-        )
+        state.pool.submit(job, entry)
 
     entry.on_ready(ready)
     return reply

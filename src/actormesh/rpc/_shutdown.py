@@ -227,7 +227,7 @@ def teardown(state: RpcState) -> None:
     with contextlib.suppress(RuntimeError):
         runtime.call_soon(say_goodbye)
     state.deadlines.close()
-    state.pool.shutdown(wait=False)
+    state.pool.shutdown()
     with contextlib.suppress(Exception):
         own = runtime.connection(runtime.listen_path)
         runtime.send(own, (STOP_MESH, 0, state.agents[state.me.id]), [])

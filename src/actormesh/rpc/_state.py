@@ -16,7 +16,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from .._core import Runtime, dumps
@@ -24,6 +23,7 @@ from .._core._envelope import CALL, REPLY
 from .._exceptions import ActorDiedError
 from ._calls import Call, Deadlines, OnDone
 from ._errors import RpcNotInitialized, WorkerDiedError
+from ._pool import WorkerPool
 from ._worker_info import WorkerInfo
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class RpcState:
         self.paths = [m.path for m in members]
         self.agents = [m.agent for m in members]
         self.rpc_timeout = rpc_timeout
-        self.pool = ThreadPoolExecutor(num_worker_threads, thread_name_prefix="actormesh-rpc")
+        self.pool = WorkerPool(num_worker_threads, "actormesh-rpc")
         self.deadlines = Deadlines(runtime)
         self.closed = False
         # Workers that died or shut down, with the reason.
