@@ -54,6 +54,16 @@ def test_a_group_of_one_calls_itself_and_can_be_joined_again() -> None:
         rpc.rpc_sync(0, _square, args=(torch.ones(1),))
 
 
+def test_lambdas_and_closures_travel_by_value(alone: None) -> None:
+    offset = 10
+
+    def shifted(x: int) -> int:
+        return x + offset
+
+    assert rpc.rpc_sync("solo", lambda x: x * 2, args=(21,)) == 42
+    assert rpc.rpc_async("solo", shifted, args=(5,)).wait() == 15
+
+
 def test_init_rpc_twice_in_one_process_is_refused(alone: None) -> None:
     with pytest.raises(RuntimeError, match="already initialized"):
         rpc.init_rpc("again", rank=0, world_size=1)

@@ -90,3 +90,19 @@ def test_errors_are_also_the_actormesh_errors_of_the_same_meaning() -> None:
     assert issubclass(rpc.RpcTimeoutError, actormesh.CallTimeoutError)
     assert issubclass(rpc.RpcTimeoutError, TimeoutError)
     assert issubclass(rpc.WorkerDiedError, actormesh.ActorDiedError)
+
+
+def test_main_script_objects_missing_here_are_rebuilt_from_their_code() -> None:
+    import cloudpickle
+
+    from actormesh.rpc._wire import _main_object
+
+    def triple(x: int) -> int:
+        return 3 * x
+
+    blob = cloudpickle.dumps(triple)
+    rebuilt = _main_object("no_such_function_in_main", blob)
+    assert rebuilt(4) == 12
+    assert _main_object("no_such_function_in_main", blob) is rebuilt  # one identity
+    with pytest.raises(AttributeError, match="not defined in this worker's main script"):
+        _main_object("no_such_function_in_main", b"")
