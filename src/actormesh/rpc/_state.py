@@ -243,24 +243,6 @@ class RpcState:
 
     # -- running on the pool ----------------------------------------------------------------
 
-    def offload(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-        """Run ``fn(*args)`` on the RPC thread pool; call on the loop thread.
-
-        The returned loop future gets the value (or the exception).
-        """
-        future: asyncio.Future[Any] = self.loop.create_future()
-
-        def job() -> None:
-            try:
-                value = fn(*args)
-            except BaseException as error:
-                self.resolve(future, error=error)
-            else:
-                self.resolve(future, value)
-
-        self.pool.submit(job)
-        return future
-
     def resolve(
         self, future: asyncio.Future[Any], value: Any = None, error: BaseException | None = None
     ) -> None:
