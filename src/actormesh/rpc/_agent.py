@@ -95,6 +95,9 @@ def _dispatch(state: RpcState, endpoint: str, args: tuple[Any, ...]) -> Awaitabl
         if counted:
             state.processed += 1
         return _done()
+    # Tracked until answered, so that leaving the group answers whatever is still open.
+    state.open_replies.add(result)
+    result.add_done_callback(state.open_replies.discard)
     if counted:
         result.add_done_callback(lambda _: _count(state))
     return result

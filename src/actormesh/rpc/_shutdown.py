@@ -44,7 +44,10 @@ _STABLE_ROUNDS = 5
 @endpoint("watch", counted=False)
 def _handle_watch(state: RpcState, src: int) -> Any:
     future = state.loop.create_future()
-    state.watchers.append(future)
+    if state.closed:
+        future.set_result(None)  # already gone: say so at once
+    else:
+        state.watchers.append(future)
     return future
 
 
@@ -134,6 +137,11 @@ class Board:
 
 @endpoint("barrier", counted=False)
 def _handle_barrier(state: RpcState, src: int, key: str, value: Any) -> Any:
+    if state.closed:
+        raise WorkerDiedError(
+            f"RPC shutdown cannot complete: {state.me} keeps the shutdown barrier and has "
+            "already left (shutdown(graceful=False)?)"
+        )
     board: Board = state.tables["barrier"]
     return board.arrive(src, key, value)
 
@@ -223,6 +231,11 @@ def teardown(state: RpcState) -> None:
         for waiter in state.watchers:
             if not waiter.done():
                 waiter.set_result(None)
+        # Whatever else the agent still owes (a barrier round, a fetch) will not come.
+        error = WorkerDiedError(f"{state.me} left the RPC group before answering")
+        for reply in list(state.open_replies):
+            if not reply.done():
+                reply.set_exception(error)
 
     with contextlib.suppress(RuntimeError):
         runtime.call_soon(say_goodbye)

@@ -106,6 +106,8 @@ class RpcState:
         self.processed = 0  # incoming messages fully handled (loop thread only)
         self.watch_calls: list[Call] = []
         self.watchers: list[asyncio.Future[Any]] = []
+        # Replies the agent still owes (loop thread only).
+        self.open_replies: set[asyncio.Future[Any]] = set()
 
     # -- names and ids --------------------------------------------------------------------
 
