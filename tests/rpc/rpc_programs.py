@@ -539,7 +539,7 @@ def lifetime(rank: int, world_size: int) -> dict[str, Any]:
     if rank == 0:
 
         def owner_holds(expected: list[str]) -> None:
-            wait_until(lambda: rpc.rpc_sync("w1", live_tags) == expected, 10, f"{expected}")
+            wait_until(lambda: rpc.rpc_sync("w1", live_tags) == expected, 30, f"{expected}")
 
         a = rpc.remote("w1", Tracked, args=("a",))
         out["created"] = rpc.rpc_sync("w1", live_tags)
@@ -547,7 +547,7 @@ def lifetime(rank: int, world_size: int) -> dict[str, Any]:
         del a
         gc.collect()
         # w0 lets go of its fork only once w2's fork is registered with the owner.
-        wait_until(lambda: debug_info()["num_forks"] == 0, 10, "w0 to release its fork")
+        wait_until(lambda: debug_info()["num_forks"] == 0, 30, "w0 to release its fork")
         out["creator_dropped"] = rpc.rpc_sync("w1", live_tags)
         out["third_worker_reads"] = rpc.rpc_sync("w2", read_kept)
         rpc.rpc_sync("w2", drop_kept)
@@ -655,7 +655,7 @@ def death(rank: int, world_size: int) -> dict[str, Any]:
     with dist_autograd.context() as context_id:
         y = rpc.rpc_sync("w3", doubles_then_dies_in_backward, args=(x,))
         out["backward"] = outcome(lambda: dist_autograd.backward(context_id, [y.sum()]))
-    wait_until(lambda: debug_info()["num_autograd_contexts"] == 0, 10, "contexts to go")
+    wait_until(lambda: debug_info()["num_autograd_contexts"] == 0, 30, "contexts to go")
     out["contexts_after"] = debug_info()["num_autograd_contexts"]
     out["shutdown"] = outcome(rpc.shutdown)
     return out
