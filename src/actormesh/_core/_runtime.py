@@ -99,6 +99,7 @@ class Runtime(Hosting, Workers):
         )
         self.listen_path = os.path.join(self.socket_dir, f"{key}.sock")
         self.loop_thread_id: int | None = None
+        self._thread: threading.Thread | None = None  # the controller's loop thread
         self.closed = False
         self._listener: Listener | None = None
         self._conns: dict[str, Connection] = {}
@@ -161,6 +162,7 @@ class Runtime(Hosting, Workers):
             loop.run_forever()
 
         thread = threading.Thread(target=main, name="actormesh-io", daemon=True)
+        runtime._thread = thread
         thread.start()
         started.wait()
         runtime.run_sync(runtime._listen())
@@ -475,9 +477,20 @@ class Runtime(Hosting, Workers):
                 self.run_sync(self._close_listener_soon(), timeout=5)
         else:
             self._close_listener()
+        self._stop_loop_thread()
 
     async def _close_listener_soon(self) -> None:
         self._close_listener()
+
+    def _stop_loop_thread(self) -> None:
+        # A loop left running on its daemon thread may wake (a peer closing a connection)
+        # while the interpreter finalizes, and crash taking a GIL that no longer exists.
+        thread = self._thread
+        if thread is None or not thread.is_alive() or self.in_loop_thread():
+            return
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        thread.join(5.0)
 
     def _close_listener(self) -> None:
         if self._listener is not None:

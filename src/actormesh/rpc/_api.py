@@ -145,26 +145,14 @@ def _stop_runtime_at_exit(runtime: Runtime) -> None:
     Peers of an RPC group exit at about the same time; a connection closing while this
     interpreter finalizes would wake the I/O thread's loop, which then crashes taking the
     GIL of a finalized interpreter. Registered after the runtime's own exit hook, this
-    runs first: it shuts the runtime down as its hook would, then stops the loop.
+    runs first: it shuts the runtime down, which stops and joins that loop's thread.
     """
     if id(runtime) in _exit_hooks:
         return
     _exit_hooks.add(id(runtime))
 
     def stop() -> None:
-        runtime.shutdown()
-        loop = runtime.loop
-        if not loop.is_running() or runtime.in_loop_thread():
-            return
-        stopped = threading.Event()
-
-        def stop_loop() -> None:
-            loop.stop()
-            stopped.set()
-
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(stop_loop)
-            stopped.wait(5.0)
+        runtime.shutdown()  # stops the runtime's loop thread too
 
     atexit.register(stop)
 
