@@ -234,3 +234,60 @@ class Sleeper(Actor):
     @endpoint
     def pid(self) -> int:
         return os.getpid()
+
+
+class DataPlane(Actor):
+    """Receives and returns large buffers (the shared-memory path)."""
+
+    def __init__(self) -> None:
+        self.kept: list[Any] = []
+
+    @endpoint
+    async def checksum(self, value: Any) -> int:
+        import zlib
+
+        return zlib.crc32(_flat_bytes(value))
+
+    @endpoint
+    async def echo(self, value: Any) -> Any:
+        return value
+
+    @endpoint
+    async def kinds(self, value: Any) -> dict[str, str]:
+        return {key: type(item).__name__ for key, item in value.items()}
+
+    @endpoint
+    async def make(self, nbytes: int, seed: int) -> Any:
+        import torch
+
+        generator = torch.Generator().manual_seed(seed)
+        return torch.randint(0, 255, (nbytes,), dtype=torch.uint8, generator=generator)
+
+    @endpoint
+    async def hold(self, value: Any) -> None:
+        self.kept.append(value)
+
+    @endpoint
+    async def stall(self, value: Any) -> None:
+        """Keep ``value`` mapped and never answer (until the process dies)."""
+        import asyncio
+
+        self.kept.append(value)
+        await asyncio.Event().wait()
+
+    @endpoint
+    async def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+
+def _flat_bytes(value: Any) -> bytes:
+    import numpy as np
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.contiguous().view(torch.uint8).numpy().tobytes()
+    if isinstance(value, np.ndarray):
+        return value.tobytes()
+    return bytes(value)

@@ -45,7 +45,41 @@ class _Pickler(pickle.Pickler):
             from ._tensors import reduce_tensor
 
             return reduce_tensor(obj)
+        if kind is memoryview and _contiguous(obj):
+            # Out of band like arrays: never copied into the pickle, shared memory when
+            # large; it arrives as a view of the received buffer (no copy).
+            return _as_memoryview, (pickle.PickleBuffer(obj),)
+        if kind is _LargeBytes:
+            return obj.kind, (pickle.PickleBuffer(obj.data),)
         return NotImplemented
+
+
+# The C pickler writes bytes and bytearray in-band before any hook can see them, so a
+# large one passed as an argument or returned is wrapped to travel out of band too.
+_LARGE_BYTES = 64 * 1024
+
+
+class _LargeBytes:
+    __slots__ = ("data", "kind")
+
+    def __init__(self, data: bytes | bytearray) -> None:
+        self.data = data
+        self.kind = type(data)
+
+
+def _lift(value: Any) -> Any:
+    kind = type(value)
+    if (kind is bytes or kind is bytearray) and len(value) >= _LARGE_BYTES:
+        return _LargeBytes(value)
+    return value
+
+
+def _contiguous(obj: Any) -> bool:
+    return bool(memoryview(obj).c_contiguous)
+
+
+def _as_memoryview(buffer: Any) -> memoryview:
+    return memoryview(buffer).cast("B")
 
 
 # Values made only of these need no reducer and have no buffers: the C pickler alone.
@@ -60,6 +94,7 @@ def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """
     if type(obj) in _PLAIN:
         return pickle.dumps(obj, 5), []
+    obj = _lift(obj)
     buffers: list[pickle.PickleBuffer] = []
     stream = io.BytesIO()
     try:
@@ -76,8 +111,9 @@ def dumps_arguments(
     plain = _PLAIN
     if all(type(a) in plain for a in args) and all(type(v) in plain for v in kwargs.values()):
         return pickle.dumps((args, kwargs), 5), []
+    lifted = (tuple(_lift(a) for a in args), {k: _lift(v) for k, v in kwargs.items()})
     try:
-        return dumps((args, kwargs))
+        return dumps(lifted)
     except SerializationError as error:
         for path, value in (*_children(args, "args"), *_children(kwargs, "kwargs")):
             try:

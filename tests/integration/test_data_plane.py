@@ -1,0 +1,115 @@
+"""Large buffers between processes: shared memory, contents intact, nothing leaked."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from integration_actors import DataPlane
+
+from actormesh import ActorDiedError, ActorMesh, ProcMesh, proc_mesh
+from actormesh._transport._shm import pool
+
+
+@dataclasses.dataclass
+class Batch:
+    tokens: Any
+    extra: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[tuple[ProcMesh, ActorMesh[DataPlane]]]:
+    procs = proc_mesh(gpus=2).get(timeout=60)
+    try:
+        yield procs, procs.spawn("plane", DataPlane).get(timeout=60)
+    finally:
+        procs.stop().get(timeout=60)
+
+
+def _our_shm_entries() -> list[str]:
+    return [name for name in os.listdir("/dev/shm") if "actormesh" in name]
+
+
+@pytest.mark.parametrize("nbytes", [1 << 20, 64 << 20])
+def test_large_tensors_arrive_intact_both_ways(plane: Any, nbytes: int) -> None:
+    _, mesh = plane
+    one = mesh.slice(gpus=0)
+    tensor = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)
+    assert one.checksum.call_one(tensor).get(timeout=60) == zlib.crc32(tensor.numpy().tobytes())
+    made = one.make.call_one(nbytes, seed=7).get(timeout=60)
+    expected = torch.randint(
+        0, 255, (nbytes,), dtype=torch.uint8, generator=torch.Generator().manual_seed(7)
+    )
+    assert torch.equal(made, expected)
+    # The received tensor is writable memory of our own (a mapping of the segment).
+    made[0] = 1
+    assert int(made[0]) == 1
+
+
+def test_a_one_gib_tensor_moves_correctly(plane: Any) -> None:
+    _, mesh = plane
+    tensor = torch.arange(1 << 28, dtype=torch.float32)  # 1 GiB
+    back = mesh.slice(gpus=1).echo.call_one(tensor).get(timeout=120)
+    assert torch.equal(back, tensor)
+    del back
+
+
+def test_numpy_bytes_and_views_nested_in_containers_take_the_same_path(plane: Any) -> None:
+    _, mesh = plane
+    one = mesh.slice(gpus=0)
+    payload = {
+        "array": np.arange(1 << 18, dtype=np.float64),
+        "bytes": os.urandom(2 << 20),
+        "bytearray": bytearray(os.urandom(2 << 20)),
+        "tensor": torch.ones(1 << 18),
+        "batch": Batch(torch.zeros(1 << 18, dtype=torch.int64), {"ids": [np.ones(1000)]}),
+    }
+    back = one.echo.call_one(payload).get(timeout=60)
+    assert np.array_equal(back["array"], payload["array"])
+    assert back["bytes"] == payload["bytes"] and type(back["bytes"]) is bytes
+    assert back["bytearray"] == payload["bytearray"]
+    assert torch.equal(back["tensor"], payload["tensor"])
+    assert torch.equal(back["batch"].tokens, payload["batch"].tokens)
+    assert one.kinds.call_one(payload).get(timeout=60) == {
+        "array": "ndarray",
+        "bytes": "bytes",
+        "bytearray": "bytearray",
+        "tensor": "Tensor",
+        "batch": "Batch",
+    }
+    view = memoryview(bytearray(b"abc" * 1000))
+    assert bytes(one.echo.call_one(view).get(timeout=60)) == bytes(view)
+
+
+def test_segments_are_recycled_and_nothing_is_named_in_dev_shm(plane: Any) -> None:
+    _, mesh = plane
+    one = mesh.slice(gpus=0)
+    tensor = torch.ones(8 << 20, dtype=torch.uint8)
+    for _ in range(5):
+        one.checksum.call_one(tensor).get(timeout=60)
+    # The receiver gave the segments back: they wait in our pool for the next send.
+    assert pool.idle_bytes() >= 8 << 20
+    assert _our_shm_entries() == []
+
+
+def test_a_worker_killed_mid_transfer_leaks_nothing() -> None:
+    procs = proc_mesh(gpus=1).get(timeout=60)
+    try:
+        mesh = procs.spawn("victim", DataPlane).get(timeout=60)
+        pid = mesh.pid.call_one().get(timeout=30)
+        tensor = torch.ones(128 << 20, dtype=torch.uint8)
+        mesh.hold.call_one(tensor).get(timeout=60)  # the worker holds a mapping
+        pending = mesh.stall.call_one(tensor)  # sent, mapped there, never answered
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ActorDiedError):
+            pending.get(timeout=30)
+    finally:
+        procs.stop().get(timeout=60)
+    assert _our_shm_entries() == []
