@@ -7,12 +7,14 @@ functions, so an idle worker that never sees a tensor never loads it.
 
 from __future__ import annotations
 
+import os
 import zlib
 from typing import Any
 
 __all__ = [
     "KIB",
     "MIB",
+    "EchoMethods",
     "checksum",
     "fingerprint",
     "make_tensor",
@@ -58,3 +60,29 @@ def size_label(nbytes: int) -> str:
     if nbytes >= KIB and nbytes % KIB == 0:
         return f"{nbytes // KIB}KiB"
     return f"{nbytes}B"
+
+
+class EchoMethods:
+    """The plain echo-actor methods every system's actor shares (its endpoints proper
+    are wrapped by each system: Ray's ``@ray.remote``, RPC's RRef-owned object)."""
+
+    def __init__(self) -> None:
+        self._held: Any = None
+
+    def ping(self, x: Any) -> Any:
+        return x
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def fingerprint(self, t: Any) -> tuple[int, int]:
+        return fingerprint(t)
+
+    def checksum(self, t: Any) -> tuple[int, int]:
+        return checksum(t)
+
+    def hold(self, nbytes: int) -> None:
+        self._held = make_tensor(nbytes) if nbytes else None
+
+    def give(self) -> Any:
+        return self._held

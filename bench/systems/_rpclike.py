@@ -48,29 +48,8 @@ def checksum(t: Any) -> tuple[int, int]:
     return payload.checksum(t)
 
 
-class RpcEcho:
+class RpcEcho(payload.EchoMethods):
     """The echo actor (``bench.systems.base.ECHO_ENDPOINTS``) as an RRef-owned object."""
-
-    def __init__(self) -> None:
-        self._held: Any = None
-
-    def ping(self, x: Any) -> Any:
-        return x
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def fingerprint(self, t: Any) -> tuple[int, int]:
-        return payload.fingerprint(t)
-
-    def checksum(self, t: Any) -> tuple[int, int]:
-        return payload.checksum(t)
-
-    def hold(self, nbytes: int) -> None:
-        self._held = payload.make_tensor(nbytes) if nbytes else None
-
-    def give(self) -> Any:
-        return self._held
 
     def a2a(self, peer: Any, n: int) -> list[float]:
         samples = []

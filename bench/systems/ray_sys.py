@@ -33,31 +33,13 @@ __all__ = ["SYSTEM", "Echo", "RaySystem"]
 
 
 @ray.remote(num_cpus=0)
-class Echo:
+class Echo(payload.EchoMethods):
     """The echo actor (see ``bench.systems.base.ECHO_ENDPOINTS``), plus choose/sync helpers."""
 
     def __init__(self) -> None:
-        self._held: Any = None
+        super().__init__()
         self._slow = 1
         self._sd: dict[str, Any] = {}
-
-    def ping(self, x: Any) -> Any:
-        return x
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def fingerprint(self, t: Any) -> tuple[int, int]:
-        return payload.fingerprint(t)
-
-    def checksum(self, t: Any) -> tuple[int, int]:
-        return payload.checksum(t)
-
-    def hold(self, nbytes: int) -> None:
-        self._held = payload.make_tensor(nbytes) if nbytes else None
-
-    def give(self) -> Any:
-        return self._held
 
     def a2a(self, peer: Any, n: int) -> list[float]:
         samples = []
