@@ -1,8 +1,9 @@
 """Hello world over four actors: the first program of the Monarch actor tutorial.
 
-Only the imports differ from the tutorial: ``actormesh`` takes the place of
-``monarch.proc_mesh`` and ``monarch.actor_mesh``, and the notebook's top-level ``await``
-runs inside ``asyncio.run(main())``.
+Only the imports differ from the tutorial: ``actormesh.proc_mesh`` and
+``actormesh.actor_mesh`` take the place of ``monarch.proc_mesh`` and
+``monarch.actor_mesh`` (the same names are also in ``actormesh`` itself), and the
+notebook's top-level ``await`` runs inside ``asyncio.run(main())``.
 
 Run it with ``python examples/hello_world.py``.
 """
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
-from actormesh import Actor, ProcMesh, current_rank, endpoint, proc_mesh
+from actormesh.actor_mesh import Actor, current_rank, endpoint
+from actormesh.proc_mesh import ProcMesh, proc_mesh
 
 NUM_ACTORS = 4
 

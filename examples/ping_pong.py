@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 
-from actormesh import Actor, current_rank, endpoint, proc_mesh
+from actormesh.actor_mesh import Actor, current_rank, endpoint
+from actormesh.proc_mesh import proc_mesh
 
 
 class ExampleActor(Actor):

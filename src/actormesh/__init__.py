@@ -11,6 +11,8 @@ them, one, a slice, a load-balanced choice, or sharded::
 from __future__ import annotations
 
 import logging
+import sys
+import types
 
 from ._actor import Actor as Actor
 from ._actor_group import actor_mesh as actor_mesh
@@ -93,3 +95,20 @@ __all__ = [
 ]
 
 logging.getLogger("actormesh").addHandler(logging.NullHandler())
+
+
+class _Package(types.ModuleType):
+    """The ``actormesh`` module, whose ``proc_mesh`` and ``actor_mesh`` stay functions.
+
+    Monarch's programs import ``monarch.proc_mesh`` and ``monarch.actor_mesh`` as
+    modules; their actormesh twins are submodules of the same names, and importing a
+    submodule would otherwise replace the package's function of that name with it.
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in ("actor_mesh", "proc_mesh") and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -41,6 +41,9 @@ R = TypeVar("R")
 class _Request:
     """The replies of one request to some ranks of one mesh (a core ``ReplyHandler``)."""
 
+    # Whether replies may come back on the caller's own event loop (see _reply_routes).
+    routed = True
+
     def __init__(self, mesh: ActorMesh[Any], endpoint: str, ranks: tuple[int, ...]) -> None:
         self.runtime = Runtime.get()
         self.mesh = mesh
@@ -53,6 +56,8 @@ class _Request:
         self.started: dict[int, float] = {}
         self.req_id = 0
         self.finished = False
+        # Made on a foreign event loop: its replies are read there (see _reply_routes).
+        self.route = self.runtime.reply_route() if self.routed else None
         # Kept for re-sending when the endpoint is idempotent and its process restarts.
         self.resend: dict[str, list[Any]] | None = None
         options = self.ref.endpoints.get(endpoint)
@@ -83,14 +88,16 @@ class _Request:
                 except ActorDiedError as error:
                     unreachable.append((ranks, error.reason))
                     continue
-                ready.append((conn, ranks, parts))
+                ready.append((path, conn, ranks, parts))
             for rank in ranks:
                 self.outstanding[rank] = conn
                 self.started[rank] = self._start(rank)
         self.req_id = runtime.register(self)
-        for conn, ranks, parts in ready:
+        route = self.route
+        for path, conn, ranks, parts in ready:
+            token = route.token_for(path) if route is not None else None
             try:
-                runtime.send(conn, self._header(ranks), parts)
+                runtime.send(conn, self._header(ranks, token), parts)
             except ActorDiedError as error:
                 unreachable.append((ranks, error.reason))
         for path, ranks, parts in held:
@@ -126,8 +133,11 @@ class _Request:
         """Count the call to ``rank`` in flight; its start time."""
         return self.state.started(rank)
 
-    def _header(self, ranks: tuple[int, ...]) -> tuple[Any, ...]:
-        return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint)
+    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> tuple[Any, ...]:
+        """The frame header for ``ranks``; with a reply route's ``token``, if it has one."""
+        if token is None:
+            return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint)
+        return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint, token)
 
     def _fail_unreachable(self, ranks: tuple[int, ...], reason: str) -> None:
         for rank in ranks:
@@ -308,7 +318,9 @@ class _Request:
 
     def new_future(self) -> Future[Any]:
         runtime = self.runtime
-        future: Future[Any] = Future(runtime.in_loop_thread, self.timeout_error, self.abandon)
+        future: Future[Any] = Future(
+            runtime.in_loop_thread, self.timeout_error, self.abandon, self.route
+        )
         deadline = runtime.config.default_timeout
         if deadline is not None:
             runtime.call_soon(self.arm_deadline, deadline)

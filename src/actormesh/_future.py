@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Generator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._exceptions import CallTimeoutError
+
+if TYPE_CHECKING:
+    from ._core._reply_routes import ReplyRoute
 
 __all__ = ["Future"]
 
@@ -31,6 +34,7 @@ class Future(Generic[R]):
         "_loop_thread",
         "_on_cancel",
         "_on_timeout",
+        "_route",
         "_state",
         "_value",
     )
@@ -40,6 +44,7 @@ class Future(Generic[R]):
         loop_thread: Callable[[], bool] | None = None,
         on_timeout: Callable[[float | None], BaseException] | None = None,
         on_cancel: Callable[[], None] | None = None,
+        route: ReplyRoute | None = None,
     ) -> None:
         self._state = _PENDING
         self._value: Any = None
@@ -48,6 +53,9 @@ class Future(Generic[R]):
         self._loop_thread = loop_thread
         self._on_timeout = on_timeout
         self._on_cancel = on_cancel
+        # The event loop that reads this call's replies, when it was made on one (see
+        # actormesh._core._reply_routes): a blocking wait on that loop's thread reads it.
+        self._route = route
 
     # -- resolution (runtime side) ------------------------------------------------------
 
@@ -67,6 +75,7 @@ class Future(Generic[R]):
             # breaks the cycle, so a result (and the shared memory under it) is freed as
             # soon as the caller lets go of it, not at the next garbage collection.
             self._on_timeout = self._on_cancel = None
+            self._route = None
         for callback in callbacks:
             callback(self)
 
@@ -117,6 +126,14 @@ class Future(Generic[R]):
                     "Future.get() called on actormesh's event-loop thread, where it would "
                     "deadlock; use `await future` in async endpoints"
                 )
+            route = self._route
+            if route is not None:
+                route.check_orphaned()
+                if route.must_pump():
+                    route.pump(self.done, timeout)
+                    if self._state == _PENDING:
+                        self._expire(timeout)
+                    return self.result()
             waiter = threading.Lock()
             waiter.acquire()
             self.add_done_callback(lambda _: waiter.release())
@@ -141,6 +158,9 @@ class Future(Generic[R]):
         a plain ``TimeoutError``); this one says which actors had not answered and what
         each was doing.
         """
+        route = self._route
+        if route is not None:
+            route.check_orphaned()
         if self._state == _PENDING and timeout is not None:
             loop = asyncio.get_running_loop()
             waiter = loop.create_future()
@@ -170,6 +190,9 @@ class Future(Generic[R]):
         if self._state == _PENDING:
             loop = asyncio.get_running_loop()
             waiter = loop.create_future()
+            route = self._route
+            if route is not None:
+                route.check_orphaned()
             if self._loop_thread is not None and self._loop_thread():
                 self.add_done_callback(lambda f: _wake(waiter, f))
             else:
@@ -200,6 +223,11 @@ _wakes_lock = threading.Lock()
 def _wake_threadsafe(
     loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None], f: Future[Any]
 ) -> None:
+    if asyncio._get_running_loop() is loop:
+        # Resolved on the waiter's own loop (its reply route read the answer): no wake-up.
+        if not waiter.done():
+            waiter.set_result(None)
+        return
     with _wakes_lock:
         batch = _wakes.get(loop)
         if batch is not None:

@@ -133,7 +133,9 @@ class _Spawn(_Gather):
         super().__init__(mesh, "__init__")
         self.init_errors: list[BaseException] = []
 
-    def _header(self, ranks: tuple[int, ...]) -> tuple[Any, ...]:
+    routed = False  # answers come back on the runtime's connection, which watches them
+
+    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> tuple[Any, ...]:
         return (SPAWN, self.req_id, self.ref.mesh_id, ranks)
 
     def _error(self, rank: int, error: BaseException) -> None:

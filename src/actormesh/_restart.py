@@ -177,7 +177,9 @@ class _Respawn(_Request):
         self.future: Future[None] = self.new_future()
         self.errors: list[BaseException] = []
 
-    def _header(self, ranks: tuple[int, ...]) -> tuple[Any, ...]:
+    routed = False  # answers come back on the runtime's connection, which watches them
+
+    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> tuple[Any, ...]:
         return (SPAWN, self.req_id, self.ref.mesh_id, ranks)
 
     def _value(self, rank: int, value: Any) -> None:

@@ -6,7 +6,10 @@ fan-out re-encodes only the header per destination, never the arguments. The lay
     (HELLO, address, pid, key, info)            worker -> owner, once connected (info: a
                                                 dict; a joining process says who it is)
     (SPAWN, req_id, mesh_id, ranks)             + factory pickle and buffers
-    (CALL, req_id, mesh_id, ranks, endpoint)    + (args, kwargs) pickle and buffers
+    (CALL, req_id, mesh_id, ranks, endpoint[, token])
+                                                + (args, kwargs) pickle and buffers; with a
+                                                token, answer on the connection that said
+                                                REPLY_TO with it (if still open)
     (REPLY, req_id, rank, ok)                   + value pickle (or error payload) and buffers
     (FAILURE, mesh_id, rank, endpoint)          + error payload: a reply-less call failed
     (STOP_MESH, req_id, mesh_id)                drop every actor of a mesh in this process
@@ -17,6 +20,8 @@ fan-out re-encodes only the header per destination, never the arguments. The lay
     (INSPECT, req_id, mesh_id, ranks, call_id)  what are these actors doing about request
                                                 ``call_id``? one REPLY (rank -1) with a
                                                 ``{rank: description}`` pickle
+    (REPLY_TO, token)                           first frame of a connection that a caller's
+                                                own event loop reads replies on
 
 ``req_id`` 0 means no reply is wanted (``broadcast``).
 """
@@ -39,6 +44,7 @@ __all__ = [
     "PING",
     "PONG",
     "REPLY",
+    "REPLY_TO",
     "SHUTDOWN",
     "SPAWN",
     "STOP_MESH",
@@ -49,7 +55,7 @@ __all__ = [
 ]
 
 HELLO, SPAWN, CALL, REPLY, FAILURE, STOP_MESH, CANCEL, SHUTDOWN = range(1, 9)
-PING, PONG, INSPECT = range(9, 12)
+PING, PONG, INSPECT, REPLY_TO = range(9, 13)
 
 
 def encode_header(header: tuple[Any, ...]) -> bytes:

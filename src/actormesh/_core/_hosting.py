@@ -53,6 +53,7 @@ class _Delivery:
         "payload",
         "point",
         "rank",
+        "reply_conn",
         "req_id",
     )
 
@@ -68,8 +69,10 @@ class _Delivery:
         payload: memoryview,
         buffers: list[memoryview],
         hosted: _HostedActor,
+        reply_conn: Connection | None = None,
     ) -> None:
-        self.conn = conn
+        self.conn = conn  # where the call came in (CANCEL and INSPECT match on it)
+        self.reply_conn = reply_conn  # the caller's reply route, when it has one here
         self.req_id = req_id
         self.rank = rank
         self.endpoint = endpoint
@@ -96,8 +99,7 @@ class _Delivery:
             self.fail(error)
             return
         header = env.encode_header((env.REPLY, self.req_id, self.rank, True))
-        with contextlib.suppress(TransportClosed):
-            self.conn.send([header, payload, *buffers])
+        self._answer([header, payload, *buffers])
 
     def fail(self, error: BaseException) -> None:
         payload = env.error_payload(
@@ -107,8 +109,20 @@ class _Delivery:
             header = env.encode_header((env.FAILURE, self.mesh_id, self.rank, self.endpoint))
         else:
             header = env.encode_header((env.REPLY, self.req_id, self.rank, False))
+        self._answer([header, payload])
+
+    def _answer(self, parts: list[Any]) -> None:
+        # On the caller's reply route if it has one; the connection the call came in on
+        # otherwise, or when the route has closed (its loop's process still waits).
+        route = self.reply_conn
+        if route is not None:
+            try:
+                route.send(parts)
+                return
+            except TransportClosed:
+                self.reply_conn = None
         with contextlib.suppress(TransportClosed):
-            self.conn.send([header, payload])
+            self.conn.send(parts)
 
 
 class Hosting:
@@ -117,6 +131,8 @@ class Hosting:
     loop: asyncio.AbstractEventLoop
     _hosted: dict[str, dict[int, _HostedActor]]
     _spawners: dict[str, Connection]
+    # Connections callers' own event loops read their replies on, by token (REPLY_TO).
+    _reply_conns: dict[str, Connection]
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         raise NotImplementedError
@@ -124,7 +140,8 @@ class Hosting:
     def _handle_call(
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
     ) -> None:
-        _, req_id, mesh_id, ranks, endpoint = header
+        req_id, mesh_id, ranks, endpoint = header[1:5]
+        reply_conn = self._reply_conns.get(header[5]) if len(header) > 5 else None
         actors = self._hosted.get(mesh_id, {})
         payload, buffers = parts[1], parts[2:]
         for rank in ranks:
@@ -133,8 +150,19 @@ class Hosting:
                 self._reply_missing(conn, req_id, rank, mesh_id, endpoint)
                 continue
             hosted.mailbox.deliver(
-                _Delivery(conn, req_id, rank, endpoint, payload, buffers, hosted)
+                _Delivery(conn, req_id, rank, endpoint, payload, buffers, hosted, reply_conn)
             )
+
+    def _handle_reply_to(self, conn: Connection, header: tuple[Any, ...]) -> None:
+        # A caller's loop will read replies here; it waits for this confirmation.
+        self._reply_conns[header[1]] = conn
+        with contextlib.suppress(TransportClosed):
+            conn.send([env.encode_header(header)])
+
+    def _forget_reply_conn(self, conn: Connection) -> None:
+        for token, known in list(self._reply_conns.items()):
+            if known is conn:
+                del self._reply_conns[token]
 
     def _reply_missing(
         self, conn: Connection, req_id: int, rank: int, mesh_id: str, endpoint: str

@@ -49,6 +49,7 @@ from ._hosting import Hosting, _Delivery, _HostedActor
 from ._output import PipeForwarder
 from ._process import ChildProcess
 from ._remote import Joins, RemoteProcess, route_source
+from ._reply_routes import ReplyRoute, ReplyRoutes
 from ._workers import Workers
 
 __all__ = ["ReplyHandler", "Runtime", "new_event_loop"]
@@ -109,6 +110,9 @@ class Runtime(Hosting, Workers):
         self._pending: dict[int, ReplyHandler] = {}
         self._hosted: dict[str, dict[int, _HostedActor]] = {}
         self._spawners: dict[str, Connection] = {}  # mesh id -> who spawned it here
+        self._reply_conns: dict[str, Connection] = {}
+        # Calls made on other event loops get their replies read there (no thread hop).
+        self.routes = ReplyRoutes(loop, self._new_route_connection, key)
         self._children: dict[str, ChildProcess] = {}
         self._child_conns: dict[Connection, ChildProcess] = {}
         self._forwarders: dict[str, list[PipeForwarder]] = {}
@@ -221,6 +225,28 @@ class Runtime(Hosting, Workers):
             shm_threshold=self.config.shm_threshold if same_host else 0,
             peer=peer,
         )
+
+    def _new_route_connection(
+        self, sock: Any, loop: asyncio.AbstractEventLoop, peer: str
+    ) -> Connection:
+        # Read by a caller's own loop; nothing is sent on it but REPLY_TO, and no request
+        # waits on it (they are watched on the runtime's connection to the same process).
+        return Connection(
+            sock,
+            loop,
+            self._on_frame,
+            self._on_route_close,
+            max_frame_bytes=self.config.max_message_bytes,
+            shm_threshold=self.config.shm_threshold,
+            peer=peer,
+        )
+
+    def _on_route_close(self, conn: Connection, error: BaseException | None) -> None:
+        self.routes.forget(conn)
+
+    def reply_route(self) -> ReplyRoute | None:
+        """The reply route of the foreign event loop running on this thread, if any."""
+        return self.routes.current()
 
     def listen_tcp(self, host: str | None = None, port: int = 0) -> str:
         """Also accept TCP connections from peers with the job's secret; their address.
@@ -394,6 +420,8 @@ class Runtime(Hosting, Workers):
                 self._handle_cancel(conn, header)
             elif kind == env.INSPECT:
                 self._handle_inspect(conn, header)
+            elif kind == env.REPLY_TO:
+                self._handle_reply_to(conn, header)
             else:
                 log.warning("dropping a frame of unknown kind %r", kind)
         except Exception:
@@ -406,6 +434,8 @@ class Runtime(Hosting, Workers):
             for path, known in list(self._conns.items()):
                 if known is conn:
                     del self._conns[path]
+        if self._reply_conns:
+            self._forget_reply_conn(conn)
         if conn is self._parent:
             self._exit_worker("the owner went away")
             return
@@ -470,6 +500,7 @@ class Runtime(Hosting, Workers):
         for child in children:
             child.signal_group(signal.SIGKILL)
         self.closed = True
+        self.routes.close()
         if self.loop.is_running() and not self.in_loop_thread():
             # Wait for it: at interpreter exit a scheduled callback may never run, and the
             # socket directory would be left behind.

@@ -127,6 +127,29 @@ class Connection:
         self._loop_thread = threading.get_ident()
         self._loop.add_reader(self._fd, self._on_readable)
 
+    def move_to(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Be driven by ``loop`` from now on; call on its thread.
+
+        The old loop must never run again (it is closed): its registrations are gone
+        with it, and two loops reading one socket would tear frames apart.
+        """
+        with self._lock:
+            self._loop = loop
+            self._loop_thread = threading.get_ident()
+            if self._closed:
+                return
+            loop.add_reader(self._fd, self._on_readable)
+            if self._batch:  # its flush was scheduled on the old loop
+                loop.call_soon(self._flush_batch)
+            if self._backlog:
+                self._writer_armed = True
+                loop.add_writer(self._fd, self._on_writable)
+
+    def read_ready(self) -> None:
+        """Read what the socket has, as the loop would (for a thread that stands in for a
+        blocked loop; never while the loop itself may read)."""
+        self._on_readable()
+
     # -- sending ------------------------------------------------------------------------
 
     def send(self, parts: Sequence[Buffer]) -> None:

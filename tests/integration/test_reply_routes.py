@@ -1,0 +1,118 @@
+"""Replies read on the caller's own event loop (reply routes) keep every promise.
+
+Calls made on an asyncio loop get their replies on a connection that loop reads itself
+(no hop through the runtime's thread). These tests hold the cases where that loop is not
+there to read: a blocking ``get()`` on the loop's own thread, a loop that closed before
+the answer came, a future awaited on another loop; and that order and deaths are as
+without routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+
+import pytest
+from integration_actors import Echo, Recorder, Sleeper
+
+from actormesh import ActorDiedError, ActorMesh, CallTimeoutError, ProcMesh, proc_mesh
+
+
+@pytest.fixture(scope="module")
+def echo(procs: ProcMesh) -> ActorMesh[Echo]:
+    return procs.spawn("routed_echo", Echo).get(timeout=30)  # type: ignore[return-value]
+
+
+def test_calls_on_an_event_loop_are_answered_on_that_loop(echo: ActorMesh[Echo]) -> None:
+    # A future's callbacks run on the thread that read its reply: the loop's own thread,
+    # not the runtime's.
+    async def main() -> tuple[list[object], set[int]]:
+        readers: set[int] = set()
+        values = []
+        for i in range(5):
+            future = echo[0, 1].async_echo.call_one(i)
+            future.add_done_callback(lambda _: readers.add(threading.get_ident()))
+            values.append(await future)
+        return values, readers
+
+    values, readers = asyncio.run(main())
+    assert [v[1] for v in values] == [0, 1, 2, 3, 4]  # type: ignore[index]
+    assert readers == {threading.get_ident()}
+
+
+def test_get_on_the_loop_thread_reads_the_reply_itself(echo: ActorMesh[Echo]) -> None:
+    # Sync style inside a coroutine (a notebook cell calling .get()): the loop is blocked
+    # in get(), so get() must read the loop's replies itself instead of hanging.
+    async def main() -> list[object]:
+        return [echo[1, 0].async_echo.call_one(i).get(timeout=30) for i in range(3)]
+
+    assert [r[1] for r in asyncio.run(main())] == [0, 1, 2]  # type: ignore[index]
+
+
+def test_get_on_the_loop_thread_times_out_with_the_pending_actor(procs: ProcMesh) -> None:
+    sleepers = procs.spawn("routed_sleeper", Sleeper).get(timeout=30)
+
+    async def main() -> None:
+        future = sleepers[0, 0].nap.call_one(5.0)
+        start = time.monotonic()
+        with pytest.raises(CallTimeoutError) as caught:
+            future.get(timeout=0.2)
+        assert time.monotonic() - start < 3
+        assert caught.value.pending == (0,)
+
+    asyncio.run(main())
+
+
+def test_a_future_outlives_the_loop_it_was_made_on(echo: ActorMesh[Echo]) -> None:
+    async def make() -> object:
+        return echo.slice(dp=1).async_echo.call("late")
+
+    future = asyncio.run(make())  # the loop is closed before anyone waits
+    values = future.get(timeout=30)  # type: ignore[attr-defined]
+    assert [v[1] for v in values.values()] == ["late", "late"]
+
+
+def test_a_future_made_on_one_loop_is_awaited_on_another(echo: ActorMesh[Echo]) -> None:
+    async def make() -> object:
+        return echo[0, 0].async_echo.call_one("moved")
+
+    future = asyncio.run(make())
+
+    async def wait() -> object:
+        return await future  # type: ignore[misc]
+
+    assert asyncio.run(wait()) == ("async", "moved", "echo")
+
+
+def test_order_holds_between_sync_code_and_an_event_loop(procs: ProcMesh) -> None:
+    recorder = procs.spawn("routed_recorder", Recorder).get(timeout=30)[0, 0]
+    # Fire-and-forget from sync code, then calls from a loop: the loop's calls go out on
+    # the same connection, after them, and run after them.
+    for i in range(50):
+        recorder.record.broadcast(i)
+
+    async def main() -> list[object]:
+        await recorder.record.call_one("from the loop")
+        return await recorder.recorded.call_one()  # type: ignore[no-any-return]
+
+    recorded = asyncio.run(main())
+    assert recorded == [*range(50), "from the loop"]
+
+
+def test_a_worker_killed_during_a_routed_call_fails_it() -> None:
+    async def main() -> None:
+        procs = await proc_mesh(gpus=1)
+        try:
+            sleeper = await procs.spawn("routed_victim", Sleeper)
+            pid = await sleeper.pid.call_one()
+            pending = sleeper.nap.call_one(30.0)
+            os.kill(pid, signal.SIGKILL)
+            with pytest.raises(ActorDiedError):
+                await pending.wait(30)
+        finally:
+            await procs.stop()
+
+    asyncio.run(main())
