@@ -10,48 +10,51 @@ them, one, a slice, a load-balanced choice, or sharded::
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import types
+from typing import TYPE_CHECKING, Any
 
-from ._actor import Actor as Actor
-from ._actor_group import actor_mesh as actor_mesh
-from ._actor_mesh import ActorMesh as ActorMesh
-from ._adverbs import ResultStream as ResultStream
-from ._config import Config as Config
-from ._context import cancelled as cancelled
-from ._context import current_rank as current_rank
-from ._context import current_size as current_size
-from ._endpoint import Endpoint as Endpoint
-from ._endpoint import endpoint as endpoint
-from ._exceptions import ActorDiedError as ActorDiedError
-from ._exceptions import ActorError as ActorError
-from ._exceptions import ActorInitError as ActorInitError
-from ._exceptions import ActorMeshError as ActorMeshError
-from ._exceptions import CallTimeoutError as CallTimeoutError
-from ._exceptions import EndpointNotFoundError as EndpointNotFoundError
-from ._exceptions import MeshBusyError as MeshBusyError
-from ._exceptions import MeshStoppedError as MeshStoppedError
-from ._exceptions import MessageTooLargeError as MessageTooLargeError
-from ._exceptions import SerializationError as SerializationError
-from ._exceptions import SupervisionError as SupervisionError
-from ._future import Future as Future
-from ._mesh_state import Failure as Failure
-from ._proc_mesh import ProcMesh as ProcMesh
-from ._proc_mesh import proc_mesh as proc_mesh
-from ._routing import Affinity as Affinity
-from ._routing import ChoosePolicy as ChoosePolicy
-from ._routing import LeastLoaded as LeastLoaded
-from ._routing import PowerOfTwo as PowerOfTwo
-from ._routing import Random as Random
-from ._routing import RoundRobin as RoundRobin
-from ._routing import WorkQueue as WorkQueue
-from ._shape import Point as Point
-from ._shape import Shape as Shape
-from ._shape import ValueMesh as ValueMesh
-from ._sharding import Dispatch as Dispatch
-from ._sharding import split_along as split_along
-from ._supervision import set_failure_hook as set_failure_hook
+if TYPE_CHECKING:
+    from ._actor import Actor as Actor
+    from ._actor_group import actor_mesh as actor_mesh
+    from ._actor_mesh import ActorMesh as ActorMesh
+    from ._adverbs import ResultStream as ResultStream
+    from ._config import Config as Config
+    from ._context import cancelled as cancelled
+    from ._context import current_rank as current_rank
+    from ._context import current_size as current_size
+    from ._endpoint import Endpoint as Endpoint
+    from ._endpoint import endpoint as endpoint
+    from ._exceptions import ActorDiedError as ActorDiedError
+    from ._exceptions import ActorError as ActorError
+    from ._exceptions import ActorInitError as ActorInitError
+    from ._exceptions import ActorMeshError as ActorMeshError
+    from ._exceptions import CallTimeoutError as CallTimeoutError
+    from ._exceptions import EndpointNotFoundError as EndpointNotFoundError
+    from ._exceptions import MeshBusyError as MeshBusyError
+    from ._exceptions import MeshStoppedError as MeshStoppedError
+    from ._exceptions import MessageTooLargeError as MessageTooLargeError
+    from ._exceptions import SerializationError as SerializationError
+    from ._exceptions import SupervisionError as SupervisionError
+    from ._future import Future as Future
+    from ._mesh_state import Failure as Failure
+    from ._proc_mesh import ProcMesh as ProcMesh
+    from ._proc_mesh import proc_mesh as proc_mesh
+    from ._routing import Affinity as Affinity
+    from ._routing import ChoosePolicy as ChoosePolicy
+    from ._routing import LeastLoaded as LeastLoaded
+    from ._routing import PowerOfTwo as PowerOfTwo
+    from ._routing import Random as Random
+    from ._routing import RoundRobin as RoundRobin
+    from ._routing import WorkQueue as WorkQueue
+    from ._shape import Point as Point
+    from ._shape import Shape as Shape
+    from ._shape import ValueMesh as ValueMesh
+    from ._sharding import Dispatch as Dispatch
+    from ._sharding import split_along as split_along
+    from ._supervision import set_failure_hook as set_failure_hook
 
 __all__ = [
     "Actor",
@@ -95,6 +98,63 @@ __all__ = [
 ]
 
 logging.getLogger("actormesh").addHandler(logging.NullHandler())
+
+# Public names load on first use (PEP 562): a worker process imports only what the actors
+# it hosts touch (the runtime, Actor, endpoint), which halves its start-up time; the
+# controller pays for a module when the program first names something in it.
+_WHERE: dict[str, str] = {
+    "Actor": "._actor",
+    "ActorDiedError": "._exceptions",
+    "ActorError": "._exceptions",
+    "ActorInitError": "._exceptions",
+    "ActorMesh": "._actor_mesh",
+    "ActorMeshError": "._exceptions",
+    "Affinity": "._routing",
+    "CallTimeoutError": "._exceptions",
+    "ChoosePolicy": "._routing",
+    "Config": "._config",
+    "Dispatch": "._sharding",
+    "Endpoint": "._endpoint",
+    "EndpointNotFoundError": "._exceptions",
+    "Failure": "._mesh_state",
+    "Future": "._future",
+    "LeastLoaded": "._routing",
+    "MeshBusyError": "._exceptions",
+    "MeshStoppedError": "._exceptions",
+    "MessageTooLargeError": "._exceptions",
+    "Point": "._shape",
+    "PowerOfTwo": "._routing",
+    "ProcMesh": "._proc_mesh",
+    "Random": "._routing",
+    "ResultStream": "._adverbs",
+    "RoundRobin": "._routing",
+    "SerializationError": "._exceptions",
+    "Shape": "._shape",
+    "SupervisionError": "._exceptions",
+    "ValueMesh": "._shape",
+    "WorkQueue": "._routing",
+    "actor_mesh": "._actor_group",
+    "cancelled": "._context",
+    "current_rank": "._context",
+    "current_size": "._context",
+    "endpoint": "._endpoint",
+    "proc_mesh": "._proc_mesh",
+    "set_failure_hook": "._supervision",
+    "split_along": "._sharding",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'actormesh' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 class _Package(types.ModuleType):
