@@ -57,7 +57,8 @@ class _Request:
         self.req_id = 0
         self.finished = False
         # Made on a foreign event loop: its replies are read there (see _reply_routes).
-        self.route = self.runtime.reply_route() if self.routed else None
+        route = self.runtime.reply_route() if self.routed else None
+        self.route = route if route is not None and route.begin() else None
         # Kept for re-sending when the endpoint is idempotent and its process restarts.
         self.resend: dict[str, list[Any]] | None = None
         options = self.ref.endpoints.get(endpoint)
@@ -491,6 +492,9 @@ def _settle(waiter: asyncio.Future[None]) -> None:
 
 
 class _Stream(_Request):
+    # A stream has no Future to end its route's count: its replies take the usual way.
+    routed = False
+
     def __init__(self, mesh: ActorMesh[Any], endpoint: str) -> None:
         super().__init__(mesh, endpoint, mesh._shape.ranks)
         self.stream: ResultStream[Any] = ResultStream(self._arm)

@@ -75,9 +75,11 @@ class Future(Generic[R]):
             # breaks the cycle, so a result (and the shared memory under it) is freed as
             # soon as the caller lets go of it, not at the next garbage collection.
             self._on_timeout = self._on_cancel = None
-            self._route = None
+            route, self._route = self._route, None
         for callback in callbacks:
             callback(self)
+        if route is not None:
+            route.end()
 
     # -- inspection ---------------------------------------------------------------------
 

@@ -51,6 +51,10 @@ class Echo(Actor):
     async def async_echo(self, x: Any) -> tuple[str, Any, str]:
         return ("async", x, self.tag)
 
+    @endpoint
+    async def ping(self) -> str:
+        return "pong"
+
     def helper(self) -> str:
         """A plain method: not reachable through a mesh."""
         return "not an endpoint"

@@ -14,11 +14,26 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
+import uvloop
 from integration_actors import Echo, Recorder, Sleeper
 
 from actormesh import ActorDiedError, ActorMesh, CallTimeoutError, ProcMesh, proc_mesh
+from actormesh._core._reply_routes import _ROUTE_AFTER
+
+RUNNERS: dict[str, Callable[[Coroutine[Any, Any, Any]], Any]] = {
+    "asyncio": asyncio.run,
+    "uvloop": uvloop.run,
+}
+
+
+async def warm_up(mesh: ActorMesh[Any]) -> None:
+    """Make the calls after which this loop's calls to ``mesh`` are routed."""
+    for _ in range(_ROUTE_AFTER):
+        await mesh.ping.call_one()
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +41,14 @@ def echo(procs: ProcMesh) -> ActorMesh[Echo]:
     return procs.spawn("routed_echo", Echo).get(timeout=30)  # type: ignore[return-value]
 
 
-def test_calls_on_an_event_loop_are_answered_on_that_loop(echo: ActorMesh[Echo]) -> None:
+@pytest.mark.parametrize("runner", ["asyncio", "uvloop"])
+def test_calls_on_an_event_loop_are_answered_on_that_loop(
+    echo: ActorMesh[Echo], runner: str
+) -> None:
     # A future's callbacks run on the thread that read its reply: the loop's own thread,
     # not the runtime's.
     async def main() -> tuple[list[object], set[int]]:
+        await warm_up(echo[0, 1])
         readers: set[int] = set()
         values = []
         for i in range(5):
@@ -38,7 +57,7 @@ def test_calls_on_an_event_loop_are_answered_on_that_loop(echo: ActorMesh[Echo])
             values.append(await future)
         return values, readers
 
-    values, readers = asyncio.run(main())
+    values, readers = RUNNERS[runner](main())
     assert [v[1] for v in values] == [0, 1, 2, 3, 4]  # type: ignore[index]
     assert readers == {threading.get_ident()}
 
@@ -47,6 +66,7 @@ def test_get_on_the_loop_thread_reads_the_reply_itself(echo: ActorMesh[Echo]) ->
     # Sync style inside a coroutine (a notebook cell calling .get()): the loop is blocked
     # in get(), so get() must read the loop's replies itself instead of hanging.
     async def main() -> list[object]:
+        await warm_up(echo[1, 0])
         return [echo[1, 0].async_echo.call_one(i).get(timeout=30) for i in range(3)]
 
     assert [r[1] for r in asyncio.run(main())] == [0, 1, 2]  # type: ignore[index]
@@ -56,6 +76,7 @@ def test_get_on_the_loop_thread_times_out_with_the_pending_actor(procs: ProcMesh
     sleepers = procs.spawn("routed_sleeper", Sleeper).get(timeout=30)
 
     async def main() -> None:
+        await warm_up(sleepers[0, 0])
         future = sleepers[0, 0].nap.call_one(5.0)
         start = time.monotonic()
         with pytest.raises(CallTimeoutError) as caught:
@@ -68,6 +89,8 @@ def test_get_on_the_loop_thread_times_out_with_the_pending_actor(procs: ProcMesh
 
 def test_a_future_outlives_the_loop_it_was_made_on(echo: ActorMesh[Echo]) -> None:
     async def make() -> object:
+        await warm_up(echo[1, 0])
+        await warm_up(echo[1, 1])
         return echo.slice(dp=1).async_echo.call("late")
 
     future = asyncio.run(make())  # the loop is closed before anyone waits
@@ -77,6 +100,7 @@ def test_a_future_outlives_the_loop_it_was_made_on(echo: ActorMesh[Echo]) -> Non
 
 def test_a_future_made_on_one_loop_is_awaited_on_another(echo: ActorMesh[Echo]) -> None:
     async def make() -> object:
+        await warm_up(echo[0, 0])
         return echo[0, 0].async_echo.call_one("moved")
 
     future = asyncio.run(make())
@@ -95,11 +119,12 @@ def test_order_holds_between_sync_code_and_an_event_loop(procs: ProcMesh) -> Non
         recorder.record.broadcast(i)
 
     async def main() -> list[object]:
-        await recorder.record.call_one("from the loop")
+        for i in range(2 * _ROUTE_AFTER):  # the later ones are routed
+            await recorder.record.call_one(f"loop {i}")
         return await recorder.recorded.call_one()  # type: ignore[no-any-return]
 
     recorded = asyncio.run(main())
-    assert recorded == [*range(50), "from the loop"]
+    assert recorded == [*range(50), *(f"loop {i}" for i in range(2 * _ROUTE_AFTER))]
 
 
 def test_a_worker_killed_during_a_routed_call_fails_it() -> None:
@@ -107,6 +132,7 @@ def test_a_worker_killed_during_a_routed_call_fails_it() -> None:
         procs = await proc_mesh(gpus=1)
         try:
             sleeper = await procs.spawn("routed_victim", Sleeper)
+            await warm_up(sleeper)
             pid = await sleeper.pid.call_one()
             pending = sleeper.nap.call_one(30.0)
             os.kill(pid, signal.SIGKILL)
@@ -116,3 +142,18 @@ def test_a_worker_killed_during_a_routed_call_fails_it() -> None:
             await procs.stop()
 
     asyncio.run(main())
+
+
+def test_loops_that_come_and_go_leave_no_connections_behind(echo: ActorMesh[Echo]) -> None:
+    # A program that runs asyncio.run over and over: each run's route closes once its loop
+    # has closed and no call waits on it, so descriptors do not pile up.
+    async def session() -> None:
+        await warm_up(echo[0, 0])
+        await echo[0, 0].ping.call_one()  # routed
+
+    asyncio.run(session())
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(30):
+        asyncio.run(session())
+    after = len(os.listdir("/proc/self/fd"))
+    assert after - before <= 2, f"{after - before} descriptors more after 30 loops"

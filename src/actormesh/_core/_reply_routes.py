@@ -45,6 +45,9 @@ _ADOPT_EVERY = 1.0
 _CONFIRM_TIMEOUT = 2.0
 # Longest a pumping Future.get() sleeps in select before looking at its future again.
 _PUMP_SLICE = 0.05
+# Calls a loop makes before it gets a route: a loop that lives for one call (a sync
+# wrapper around asyncio.run, say) would pay a connection and a round trip for nothing.
+_ROUTE_AFTER = 8
 
 ConnectionFactory = Callable[[Any, asyncio.AbstractEventLoop, str], Connection]
 
@@ -58,6 +61,7 @@ class ReplyRoute:
         token: str,
         new_connection: ConnectionFactory,
         request_adoption: Callable[[], None],
+        on_idle_adopted: Callable[[ReplyRoute], None],
     ) -> None:
         self.loop = loop
         self.token = token
@@ -65,8 +69,34 @@ class ReplyRoute:
         self.adopted = False
         self._new_connection = new_connection
         self._request_adoption = request_adoption
+        self._on_idle_adopted = on_idle_adopted
         self._conns: dict[str, Connection] = {}
         self._refused: set[str] = set()  # processes that did not confirm a route
+        self._lock = threading.Lock()
+        self._calls = 0  # calls made on the loop (loop thread only)
+        self._pending = 0  # routed calls not finished yet (any thread)
+
+    def begin(self) -> bool:
+        """A call is made on the loop: True if it is routed (then ``end`` must follow)."""
+        self._calls += 1
+        if self._calls <= _ROUTE_AFTER or self.adopted:
+            return False
+        with self._lock:
+            self._pending += 1
+        return True
+
+    def end(self) -> None:
+        """A routed call finished (any thread); an adopted route closes once idle."""
+        with self._lock:
+            self._pending -= 1
+            idle = self._pending == 0 and self.adopted
+        if idle:
+            self._on_idle_adopted(self)
+
+    @property
+    def idle(self) -> bool:
+        """True when no routed call waits for a reply on this route."""
+        return self._pending == 0
 
     def token_for(self, path: str) -> str | None:
         """The token to put in a call to ``path``, opening the route there on first use.
@@ -128,13 +158,19 @@ class ReplyRoute:
             for conn in readable:
                 conn.read_ready()
 
-    def adopt(self, runtime_loop: asyncio.AbstractEventLoop) -> None:
+    def adopt(self, runtime_loop: asyncio.AbstractEventLoop) -> bool:
         """Hand the connections to the runtime's loop (on its thread; the route's loop is
-        closed and will never read them again)."""
-        self.adopted = True
+        closed and will never read them again). False when idle: then it just closes."""
+        with self._lock:
+            self.adopted = True
+            idle = self._pending == 0
+        if idle:
+            self.close()
+            return False
         for conn in self._conns.values():
             if not conn.closed:
                 conn.move_to(runtime_loop)
+        return True
 
     def close(self) -> None:
         """Close every connection of the route."""
@@ -215,25 +251,51 @@ class ReplyRoutes:
             return None
         route = self._routes.get(loop)
         if route is None:
+            closed: list[ReplyRoute] = []
             with self._lock:
                 route = self._routes.get(loop)
                 if route is None:
                     token = f"{self._prefix}/{next(self._ids)}"
-                    route = ReplyRoute(loop, token, self._new_connection, self.request_adoption)
+                    route = ReplyRoute(
+                        loop,
+                        token,
+                        self._new_connection,
+                        self.request_adoption,
+                        self._drop_adopted,
+                    )
                     self._routes[loop] = route
+                    closed = self._take_closed_idle()
                     if not self._watching:
                         self._watching = True
                         self._runtime_loop.call_soon_threadsafe(self._watch)
+            for old in closed:
+                old.close()  # nobody reads them: their loops are closed, no call waits
         return route
+
+    def _take_closed_idle(self) -> list[ReplyRoute]:
+        # With the lock held: the routes of closed loops that no call waits on, removed.
+        # A program that runs asyncio.run in a loop makes one route per run.
+        done = [loop for loop, route in self._routes.items() if loop.is_closed() and route.idle]
+        return [self._routes.pop(loop) for loop in done]
+
+    def _drop_adopted(self, route: ReplyRoute) -> None:
+        with self._lock:
+            if route in self._adopted:
+                self._adopted.remove(route)
+        route.close()
 
     def adopt_closed(self) -> None:
         """Hand every route whose loop has closed to the runtime (runtime's loop thread)."""
         with self._lock:
             closed = [loop for loop in self._routes if loop.is_closed()]
             routes = [self._routes.pop(loop) for loop in closed]
-            self._adopted.extend(routes)
         for route in routes:
-            route.adopt(self._runtime_loop)
+            if route.adopt(self._runtime_loop):
+                with self._lock:
+                    if not route.idle:
+                        self._adopted.append(route)
+                        continue
+                route.close()  # its last call ended while it was being adopted
 
     def request_adoption(self) -> None:
         """Ask the runtime's loop to adopt closed routes now (any thread)."""

@@ -448,9 +448,9 @@ class Connection:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        if running is self._loop:
-            fn(*args)
-        elif not self._loop.is_closed():
+        if running is self._loop or self._loop.is_closed():
+            fn(*args)  # a closed loop runs nothing: tear down here, or the socket stays open
+        else:
             self._loop.call_soon_threadsafe(fn, *args)
 
     def _finish(self, error: BaseException | None) -> None:

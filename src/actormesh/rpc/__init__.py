@@ -2,7 +2,8 @@
 
 Change ``import torch.distributed.rpc as rpc`` to ``from actormesh import rpc`` (and
 ``torch.distributed.autograd`` to ``actormesh.rpc.autograd``,
-``torch.distributed.optim.DistributedOptimizer`` to ``actormesh.rpc.DistributedOptimizer``,
+``torch.distributed.optim.DistributedOptimizer`` to ``actormesh.rpc.DistributedOptimizer``
+or ``actormesh.rpc.optim.DistributedOptimizer``,
 ``torch.distributed.nn.RemoteModule`` to ``actormesh.rpc.RemoteModule``)::
 
     rpc.init_rpc("worker0", rank=0, world_size=2)
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from . import autograd as autograd
 from . import functions as functions
+from . import optim as optim
 from ._api import _get_debug_info as _get_debug_info
 from ._api import _set_rpc_timeout as _set_rpc_timeout
 from ._api import get_rpc_timeout as get_rpc_timeout
@@ -60,6 +62,7 @@ __all__ = [
     "get_worker_info",
     "init_rpc",
     "is_available",
+    "optim",
     "remote",
     "rpc_async",
     "rpc_sync",
