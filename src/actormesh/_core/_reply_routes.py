@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._transport import Connection, connect_unix, is_tcp, unix_path
-from .._transport._frames import PREFIX, encode_header, header_size, parse_prefix
+from .._transport._blocking import exchange_frame
 from . import _envelope as env
 
 __all__ = ["ReplyRoute", "ReplyRoutes"]
@@ -195,28 +195,14 @@ def _open(path: str, token: str) -> socket.socket:
     sock = connect_unix(path)
     try:
         sock.settimeout(_CONFIRM_TIMEOUT)
-        header = env.encode_header((env.REPLY_TO, token))
-        sock.sendall(encode_header([len(header)]) + header)
-        prefix = _receive_exactly(sock, PREFIX.size)
-        nparts, body = parse_prefix(prefix, 0)
-        rest = _receive_exactly(sock, header_size(nparts) - PREFIX.size + body)
-        answer = env.decode_header(rest[header_size(nparts) - PREFIX.size :])
-        if nparts != 1 or answer != (env.REPLY_TO, token):
+        hello = env.encode_header((env.REPLY_TO, token))
+        answer = exchange_frame(sock, [hello], "a reply route's confirmation")
+        if len(answer) != 1 or env.decode_header(answer[0]) != (env.REPLY_TO, token):
             raise ValueError(f"unexpected answer to REPLY_TO: {answer!r}")
     except BaseException:
         sock.close()
         raise
     return sock
-
-
-def _receive_exactly(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("the process closed the connection")
-        data += chunk
-    return bytes(data)
 
 
 class ReplyRoutes:

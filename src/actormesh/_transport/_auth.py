@@ -23,6 +23,8 @@ import hmac
 import secrets
 import socket
 
+from ._blocking import receive_exactly
+
 __all__ = [
     "AuthenticationError",
     "accept_handshake",
@@ -60,7 +62,7 @@ def connect_handshake(sock: socket.socket, secret: str) -> None:
     """
     nonce = secrets.token_bytes(_NONCE)
     sock.sendall(MAGIC + nonce)
-    reply = _receive(sock, len(MAGIC) + _NONCE + _DIGEST)
+    reply = receive_exactly(sock, len(MAGIC) + _NONCE + _DIGEST)
     if not reply.startswith(MAGIC):
         raise AuthenticationError("the peer does not speak the actormesh handshake")
     theirs = reply[len(MAGIC) : len(MAGIC) + _NONCE]
@@ -69,7 +71,7 @@ def connect_handshake(sock: socket.socket, secret: str) -> None:
         raise AuthenticationError("the peer does not know this job's secret")
     sock.sendall(proof(secret, b"connector", theirs, nonce))
     try:
-        verdict = _receive(sock, len(_ACCEPTED))
+        verdict = receive_exactly(sock, len(_ACCEPTED))
     except ConnectionError:
         verdict = b""
     if verdict != _ACCEPTED:
@@ -83,23 +85,13 @@ def accept_handshake(sock: socket.socket, secret: str) -> None:
         AuthenticationError: the peer did not prove the secret.
         OSError: the connection failed or timed out meanwhile.
     """
-    hello = _receive(sock, len(MAGIC) + _NONCE)
+    hello = receive_exactly(sock, len(MAGIC) + _NONCE)
     if not hello.startswith(MAGIC):
         raise AuthenticationError("the peer does not speak the actormesh handshake")
     theirs = hello[len(MAGIC) :]
     nonce = secrets.token_bytes(_NONCE)
     sock.sendall(MAGIC + nonce + proof(secret, b"acceptor", theirs, nonce))
-    answer = _receive(sock, _DIGEST)
+    answer = receive_exactly(sock, _DIGEST)
     if not hmac.compare_digest(answer, proof(secret, b"connector", nonce, theirs)):
         raise AuthenticationError("the peer does not know this job's secret")
     sock.sendall(_ACCEPTED)
-
-
-def _receive(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("the peer closed the connection during the handshake")
-        data += chunk
-    return bytes(data)
