@@ -185,7 +185,9 @@ class _Request:
         return False
 
     def on_lost(self, conn: Connection, reason: str) -> bool:
-        lost = [rank for rank, known in self.outstanding.items() if known is conn]
+        # A snapshot: replies read on the caller's own loop (a reply route) may pop ranks
+        # from another thread meanwhile.
+        lost = [rank for rank, known in list(self.outstanding.items()) if known is conn]
         if not lost:
             return False
         path = conn.peer
@@ -196,7 +198,8 @@ class _Request:
             self._hold(path, tuple(lost), self.resend[path])
             return False
         for rank in lost:
-            del self.outstanding[rank]
+            if self.outstanding.pop(rank, None) is None:
+                continue  # answered meanwhile (whoever pops a rank settles it)
             started = self.started.pop(rank, None)
             if started is not None:
                 self.state.finished(rank, started, False)
@@ -305,7 +308,7 @@ class _Request:
 
     def _abandon_on_loop(self) -> None:
         by_conn: dict[Connection, list[int]] = {}
-        for rank, conn in self.outstanding.items():
+        for rank, conn in list(self.outstanding.items()):  # see on_lost
             if conn is not None:
                 by_conn.setdefault(conn, []).append(rank)
         for conn, ranks in by_conn.items():
