@@ -96,6 +96,7 @@ class Connection:
         self._fds: deque[int] = deque()
         self._returns: list[int] = []
         self._batch: list[Buffer] = []
+        self._batch_bytes = 0
         self._flush_scheduled = False
         self._loop_thread: int | None = None
         self._lent: set[int] = set()  # inodes of our segments the peer holds
@@ -159,31 +160,37 @@ class Connection:
         returns; smaller ones must not change until flushed (a large frame may be flushed
         by the loop after this returns). Raises ``TransportClosed`` when closed.
         """
+        lengths = [nbytes(part) for part in parts]
         threshold = self._shm_threshold
-        lengths: list[int] = []
+        if not threshold or max(lengths, default=0) < threshold:
+            # All inline (every small message): no descriptors, nothing to copy.
+            body = sum(lengths)
+            header = encode_header(lengths, body=body)
+            if threading.get_ident() == self._loop_thread:
+                self._send_soon(header, parts, len(header) + body)
+            else:
+                self._send_locked([header, *parts], [], len(header) + body)
+            return
         inline: list[Buffer] = []
         fds: list[int] = []
         try:
-            for part in parts:
-                size = nbytes(part)
-                if threshold and size >= threshold:
+            for index, part in enumerate(parts):
+                size = lengths[index]
+                if size >= threshold:
                     fd, inode = pool.fill(part, size)
                     fds.append(fd)
                     self._lent.add(inode)
-                    lengths.append(size | SHARED)
+                    lengths[index] = size | SHARED
                 else:
-                    lengths.append(size)
                     inline.append(part)
             header = encode_header(lengths)
-            if not fds and threading.get_ident() == self._loop_thread:
-                self._send_soon(header, inline)
-            else:
-                self._send_locked([header, *inline], fds)
+            total = len(header) + sum(nbytes(part) for part in inline)
+            self._send_locked([header, *inline], fds, total)
         finally:
             for fd in fds:  # the kernel holds its own reference while the frame is in flight
                 os.close(fd)
 
-    def _send_soon(self, header: bytes, inline: list[Buffer]) -> None:
+    def _send_soon(self, header: bytes, inline: Sequence[Buffer], size: int) -> None:
         # On the loop thread, frames wait for the end of the loop turn and leave together
         # in one system call (replies to a burst of requests, say).
         with self._lock:
@@ -191,6 +198,7 @@ class Connection:
                 raise TransportClosed(f"connection to {self.peer or 'peer'} is closed")
             self._batch.append(header)
             self._batch.extend(inline)
+            self._batch_bytes += size
             if self._flush_scheduled:
                 return
             self._flush_scheduled = True
@@ -198,16 +206,19 @@ class Connection:
 
     def _flush_batch(self) -> None:
         with contextlib.suppress(TransportClosed):
-            self._send_locked([], [])
+            self._send_locked([], [], 0)
 
-    def _send_locked(self, buffers: list[Buffer], fds: list[int]) -> None:
+    def _send_locked(self, buffers: list[Buffer], fds: list[int], size: int) -> None:
+        # ``size``: the bytes in ``buffers`` (known to the caller; summing again costs).
         with self._lock:
             if self._closed:
                 raise TransportClosed(f"connection to {self.peer or 'peer'} is closed")
             if self._batch:
                 # Frames batched on the loop thread go first: order per connection holds.
                 buffers = [*self._batch, *buffers]
+                size += self._batch_bytes
                 self._batch = []
+                self._batch_bytes = 0
             self._flush_scheduled = False
             if not buffers:
                 return
@@ -227,7 +238,7 @@ class Connection:
                 raise TransportClosed(
                     f"connection to {self.peer or 'peer'} broke: {error}"
                 ) from error
-            if sent < sum(nbytes(p) for p in buffers):
+            if sent < size:
                 self._queue(buffers, sent, fds if sent == 0 else [])
 
     def _queue(self, buffers: Sequence[Buffer], skip: int, fds: list[int]) -> None:
@@ -408,7 +419,8 @@ class Connection:
         for start in range(0, len(fds), _MAX_FDS):
             batch = fds[start : start + _MAX_FDS]
             try:
-                self._send_locked([encode_header([SHARED] * len(batch), returned=True)], batch)
+                header = encode_header([SHARED] * len(batch), returned=True)
+                self._send_locked([header], batch, len(header))
             except TransportClosed:
                 for fd in batch:
                     pool.give(fd)
@@ -462,6 +474,7 @@ class Connection:
                     os.close(fd)
             self._backlog.clear()
             self._batch.clear()
+            self._batch_bytes = 0
             while self._fds:
                 os.close(self._fds.popleft())
             lent, self._lent = self._lent, set()

@@ -52,9 +52,15 @@ def _header_struct(nparts: int) -> struct.Struct:
     return fmt
 
 
-def encode_header(lengths: Sequence[int], *, returned: bool = False) -> bytes:
-    """The prefix and length table of a frame whose parts have these sizes."""
-    body = sum(n for n in lengths if not n & SHARED)
+def encode_header(
+    lengths: Sequence[int], *, returned: bool = False, body: int | None = None
+) -> bytes:
+    """The prefix and length table of a frame whose parts have these sizes.
+
+    ``body``: the inline bytes, when the caller knows them (no part is ``SHARED``).
+    """
+    if body is None:
+        body = sum(n for n in lengths if not n & SHARED)
     count = len(lengths) | (RETURNED if returned else 0)
     return _header_struct(len(lengths)).pack(count, body, *lengths)
 
