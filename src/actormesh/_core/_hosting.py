@@ -112,8 +112,8 @@ class _Delivery:
         self._answer([header, payload])
 
     def _answer(self, parts: list[Any]) -> None:
-        # On the caller's reply route if it has one; the connection the call came in on
-        # otherwise, or when the route has closed (its loop's process still waits).
+        # On the caller's reply route if it has one; else, or if that route has closed,
+        # on the connection the call came in on (the caller's runtime reads that one).
         route = self.reply_conn
         if route is not None:
             try:

@@ -41,6 +41,7 @@ from .._transport import (
     parse_tcp,
     private_socket_dir,
 )
+from .._transport._connection import CloseHandler
 from .._transport._frames import Buffer
 from . import _envelope as env
 from ._deferral import Deferrals
@@ -213,14 +214,22 @@ class Runtime(Hosting, Workers):
         conn = self._new_connection(sock, peer="incoming")
         conn.start()
 
-    def _new_connection(self, sock: Any, peer: str, *, same_host: bool = True) -> Connection:
+    def _new_connection(
+        self,
+        sock: Any,
+        peer: str,
+        *,
+        same_host: bool = True,
+        loop: asyncio.AbstractEventLoop | None = None,
+        on_close: CloseHandler | None = None,
+    ) -> Connection:
         # Shared memory only between processes of one host: across TCP, buffers travel
         # as raw bytes after the frame header.
         return Connection(
             sock,
-            self.loop,
+            loop or self.loop,
             self._on_frame,
-            self._on_close,
+            on_close or self._on_close,
             max_frame_bytes=self.config.max_message_bytes,
             shm_threshold=self.config.shm_threshold if same_host else 0,
             peer=peer,
@@ -229,17 +238,9 @@ class Runtime(Hosting, Workers):
     def _new_route_connection(
         self, sock: Any, loop: asyncio.AbstractEventLoop, peer: str
     ) -> Connection:
-        # Read by a caller's own loop; nothing is sent on it but REPLY_TO, and no request
-        # waits on it (they are watched on the runtime's connection to the same process).
-        return Connection(
-            sock,
-            loop,
-            self._on_frame,
-            self._on_route_close,
-            max_frame_bytes=self.config.max_message_bytes,
-            shm_threshold=self.config.shm_threshold,
-            peer=peer,
-        )
+        # Read by a caller's own loop. No request is watched on it (requests are watched
+        # on the runtime's connection to the same process), so its loss fails nothing.
+        return self._new_connection(sock, peer, loop=loop, on_close=self._on_route_close)
 
     def _on_route_close(self, conn: Connection, error: BaseException | None) -> None:
         self.routes.forget(conn)
