@@ -174,9 +174,14 @@ class ReplyRoute:
 
     def close(self) -> None:
         """Close every connection of the route."""
-        for conn in self._conns.values():
-            conn.close()
+        orphaned = not self.adopted and self.loop.is_closed()  # no loop will close them
+        conns = list(self._conns.values())
         self._conns.clear()
+        for conn in conns:
+            if orphaned:
+                conn.close_orphaned()
+            else:
+                conn.close()
 
     def forget(self, conn: Connection) -> None:
         """``conn`` closed: the next call opens a new one (the process restarted, say)."""

@@ -449,6 +449,13 @@ class Connection:
         if not already:
             self._call_on_loop(self._finish, None)
 
+    def close_orphaned(self) -> None:
+        """Close now, on this thread: for a connection whose loop has closed (it runs
+        nothing any more, so ``close()`` would leave the socket open)."""
+        with self._lock:
+            self._closed = True
+        self._finish(None)
+
     def _fail_locked(self, error: BaseException) -> None:
         # The lock is held here, and _finish takes it: always defer to a later loop turn.
         self._closed = True
@@ -460,9 +467,9 @@ class Connection:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        if running is self._loop or self._loop.is_closed():
-            fn(*args)  # a closed loop runs nothing: tear down here, or the socket stays open
-        else:
+        if running is self._loop:
+            fn(*args)
+        elif not self._loop.is_closed():
             self._loop.call_soon_threadsafe(fn, *args)
 
     def _finish(self, error: BaseException | None) -> None:

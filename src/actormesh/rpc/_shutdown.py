@@ -146,6 +146,18 @@ def _handle_barrier(state: RpcState, src: int, key: str, value: Any) -> Any:
     return board.arrive(src, key, value)
 
 
+# Seconds between looks at whether rank 0 is gone while waiting at its barrier.
+_LEADER_CHECK = 0.5
+
+
+def _leader_left(state: RpcState, reason: str) -> WorkerDiedError:
+    return WorkerDiedError(
+        f"RPC shutdown cannot complete: {state.workers[0]} keeps the shutdown barrier "
+        f"and is gone ({reason})",
+        reason=reason,
+    )
+
+
 def _gather(state: RpcState, key: str, value: Any, deadline: float | None) -> dict[int, Any]:
     future: ConcurrentFuture[dict[int, Any]] = ConcurrentFuture()
 
@@ -154,6 +166,9 @@ def _gather(state: RpcState, key: str, value: Any, deadline: float | None) -> di
             return
         if ok:
             future.set_result(reply)
+        elif isinstance(reply, WorkerDiedError):
+            # Rank 0 left before the request reached its agent: say who, as leader_gone.
+            future.set_exception(_leader_left(state, reply.reason or str(reply)))
         elif isinstance(reply, ActorError) and isinstance(reply.cause, Exception):
             future.set_exception(reply.cause)  # rank 0's verdict, not the wrapping of it
         else:
@@ -162,12 +177,7 @@ def _gather(state: RpcState, key: str, value: Any, deadline: float | None) -> di
     def leader_gone(rank: int, reason: str, died: bool) -> None:
         # Rank 0 may leave without the barrier (graceful=False) and live on.
         if rank == 0 and not future.done():
-            error = WorkerDiedError(
-                f"RPC shutdown cannot complete: {state.workers[0]} keeps the shutdown barrier "
-                f"and is gone ({reason})",
-                reason=reason,
-            )
-            future.set_exception(error)
+            future.set_exception(_leader_left(state, reason))
 
     left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
     state.peer_listeners.append(leader_gone)
@@ -181,7 +191,16 @@ def _gather(state: RpcState, key: str, value: Any, deadline: float | None) -> di
             timeout=left,
             counted=False,
         )
-        return future.result()
+        # Also look at rank 0's fate now and then: a departure noticed while this round
+        # was being set up must not leave the barrier waiting for an answer that will
+        # never come.
+        while True:
+            try:
+                return future.result(timeout=_LEADER_CHECK)
+            except TimeoutError:
+                gone = state.gone.get(0)
+                if gone is not None:
+                    raise _leader_left(state, gone) from None
     finally:
         state.peer_listeners.remove(leader_gone)
 
