@@ -19,6 +19,9 @@ Invariants that keep this safe:
   ``Future.get()`` (it cannot read then); the runtime's loop once the route's loop is
   closed (``adopt``), for good. A closed loop never runs again, so the hand-over races
   with nobody.
+- Routes cost nothing to loops that live for a few calls: a loop gets one after its
+  first ``_ROUTE_AFTER`` calls, and a route of a closed loop is closed as soon as no
+  routed call waits on it (so ``asyncio.run`` in a loop leaves no sockets behind).
 """
 
 from __future__ import annotations
