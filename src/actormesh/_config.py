@@ -42,6 +42,11 @@ class Config:
         listen_host: the interface TCP listeners bind to (processes on other hosts reach
             this one there). ``None``: loopback in a controller; in a worker, the address
             of the interface that reaches its owner.
+        handshake_timeout: seconds a peer that connects to one of this process' TCP
+            listeners gets to authenticate; a slower one is dropped.
+        max_handshakes: authentications in progress at once on one listener; when a new
+            peer would pass it, the one silent longest is dropped to make room.
+        max_handshakes_per_host: the same cap for peers from one address.
         secret: the job's secret; every TCP connection proves it before a frame is read.
             ``None``: a controller makes one up when it first listens on TCP and hands it
             to the workers it starts; workers started by someone else need it given.
@@ -58,6 +63,9 @@ class Config:
     heartbeat_interval: float = 1.0
     heartbeat_timeout: float = 30.0
     listen_host: str | None = None
+    handshake_timeout: float = 5.0
+    max_handshakes: int = 256
+    max_handshakes_per_host: int = 64
     secret: str | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -65,7 +73,15 @@ class Config:
             raise ValueError(f"output must be 'prefix', 'raw' or 'off', not {self.output!r}")
         if self.event_loop not in ("uvloop", "asyncio"):
             raise ValueError(f"event_loop must be 'uvloop' or 'asyncio', not {self.event_loop!r}")
-        for name in ("spawn_timeout", "stop_grace", "heartbeat_interval", "heartbeat_timeout"):
+        for name in (
+            "spawn_timeout",
+            "stop_grace",
+            "heartbeat_interval",
+            "heartbeat_timeout",
+            "handshake_timeout",
+            "max_handshakes",
+            "max_handshakes_per_host",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)!r}")
         if self.max_message_bytes <= 0 or self.shm_threshold < 0:

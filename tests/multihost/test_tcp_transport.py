@@ -14,6 +14,7 @@ from multihost_support import closed_on_us
 from actormesh._transport import (
     AuthenticationError,
     Connection,
+    Limits,
     TcpListener,
     connect_address,
     format_tcp,
@@ -47,7 +48,9 @@ def accepted() -> Accepted:
 
 @pytest.fixture
 def listener(accepted: Accepted) -> Iterator[TcpListener]:
-    server = TcpListener("127.0.0.1", 0, secret=SECRET, on_accept=accepted, handshake_timeout=2.0)
+    server = TcpListener(
+        "127.0.0.1", 0, secret=SECRET, on_accept=accepted, limits=Limits(deadline=2.0)
+    )
     server.start()
     try:
         yield server

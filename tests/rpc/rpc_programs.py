@@ -542,6 +542,8 @@ def lifetime(rank: int, world_size: int) -> dict[str, Any]:
             wait_until(lambda: rpc.rpc_sync("w1", live_tags) == expected, 30, f"{expected}")
 
         a = rpc.remote("w1", Tracked, args=("a",))
+        # remote() returns before the owner has built the value (as torch's does).
+        owner_holds(["a"])
         out["created"] = rpc.rpc_sync("w1", live_tags)
         rpc.rpc_sync("w2", keep, args=(a,))
         del a

@@ -31,6 +31,7 @@ from .._config import Config
 from .._exceptions import ActorDiedError, MeshStoppedError
 from .._transport import (
     Connection,
+    Limits,
     Listener,
     TcpListener,
     TransportClosed,
@@ -260,10 +261,29 @@ class Runtime(Hosting, Workers):
             for (bound_host, bound_port), listener in self._tcp_listeners.items():
                 if bound_host == host and port in (0, bound_port):
                     return listener.address
-            listener = TcpListener(host, port, secret=self.secret, on_accept=self._tcp_accepted)
+            listener = TcpListener(
+                host, port, secret=self.secret, on_accept=self._tcp_accepted, limits=self.limits
+            )
             self._tcp_listeners[(host, listener.port)] = listener
         listener.start()
         return listener.address
+
+    def stop_listening(self, address: str) -> None:
+        """Close the TCP listener at ``address`` (connections it let in stay open)."""
+        host, port = parse_tcp(address)
+        with self._conns_lock:
+            listener = self._tcp_listeners.pop((host, port), None)
+        if listener is not None:
+            listener.close()
+
+    @property
+    def limits(self) -> Limits:
+        """What peers of this process' TCP listeners may hold before they authenticate."""
+        return Limits(
+            self.config.handshake_timeout,
+            self.config.max_handshakes,
+            self.config.max_handshakes_per_host,
+        )
 
     def use_secret(self, secret: str) -> None:
         """Make ``secret`` the job's secret (before any worker or listener has another).

@@ -5,13 +5,18 @@ from __future__ import annotations
 from ._address import connect_address, is_tcp, unix_path
 from ._auth import AuthenticationError, new_secret
 from ._connection import Connection, TransportClosed
+from ._gatekeeper import Gatekeeper, Limits
+from ._steps import Steps, run_blocking
 from ._tcp import TcpListener, connect_tcp, format_tcp, parse_tcp
 from ._unix import Listener, connect_unix, private_socket_dir
 
 __all__ = [
     "AuthenticationError",
     "Connection",
+    "Gatekeeper",
+    "Limits",
     "Listener",
+    "Steps",
     "TcpListener",
     "TransportClosed",
     "connect_address",
@@ -21,6 +26,7 @@ __all__ = [
     "is_tcp",
     "new_secret",
     "parse_tcp",
+    "run_blocking",
     "private_socket_dir",
     "unix_path",
 ]

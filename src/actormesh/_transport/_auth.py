@@ -12,8 +12,11 @@ worthless later and neither side ever sends the secret itself::
 
 The role labels stop a peer from reflecting one side's proof back as its own. The last
 byte lets a connector with the wrong secret fail at connect time with a clear error,
-instead of seeing its first message vanish. Both functions run on blocking sockets with a
-timeout, so a peer that stalls mid-handshake costs at most that long.
+instead of seeing its first message vanish.
+
+Each side is written once, as ``Steps`` (see ``_steps``): the connector drives its steps
+on a blocking socket with a timeout; a listener drives the acceptor's steps for many
+peers at once without blocking (``_gatekeeper``), so no peer can stall another.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ import hmac
 import secrets
 import socket
 
-from ._blocking import receive_exactly
+from ._steps import Steps, run_blocking
 
 __all__ = [
     "AuthenticationError",
     "accept_handshake",
+    "accept_steps",
     "connect_handshake",
+    "connect_steps",
     "new_secret",
     "proof",
 ]
@@ -53,45 +58,63 @@ def proof(secret: str, role: bytes, theirs: bytes, mine: bytes) -> bytes:
     return hmac.new(secret.encode(), role + b"|" + theirs + b"|" + mine, hashlib.sha256).digest()
 
 
-def connect_handshake(sock: socket.socket, secret: str) -> None:
-    """Authenticate a freshly connected socket from the connecting side.
+def connect_steps(secret: str) -> Steps[None]:
+    """The connecting side of the handshake.
 
-    Raises:
+    Raises (from the steps):
         AuthenticationError: the peer did not prove the secret or refused ours.
-        OSError: the connection failed or timed out meanwhile.
     """
     nonce = secrets.token_bytes(_NONCE)
-    sock.sendall(MAGIC + nonce)
-    reply = receive_exactly(sock, len(MAGIC) + _NONCE + _DIGEST)
+    yield MAGIC + nonce
+    reply = yield len(MAGIC) + _NONCE + _DIGEST
     if not reply.startswith(MAGIC):
         raise AuthenticationError("the peer does not speak the actormesh handshake")
     theirs = reply[len(MAGIC) : len(MAGIC) + _NONCE]
     expected = proof(secret, b"acceptor", nonce, theirs)
     if not hmac.compare_digest(reply[len(MAGIC) + _NONCE :], expected):
         raise AuthenticationError("the peer does not know this job's secret")
-    sock.sendall(proof(secret, b"connector", theirs, nonce))
+    yield proof(secret, b"connector", theirs, nonce)
     try:
-        verdict = receive_exactly(sock, len(_ACCEPTED))
+        verdict = yield len(_ACCEPTED)
     except ConnectionError:
         verdict = b""
     if verdict != _ACCEPTED:
         raise AuthenticationError("the peer refused our credentials (is the secret the same?)")
 
 
+def accept_steps(secret: str) -> Steps[None]:
+    """The accepting side of the handshake.
+
+    Raises (from the steps):
+        AuthenticationError: the peer did not prove the secret.
+    """
+    hello = yield len(MAGIC) + _NONCE
+    if not hello.startswith(MAGIC):
+        raise AuthenticationError("the peer does not speak the actormesh handshake")
+    theirs = hello[len(MAGIC) :]
+    nonce = secrets.token_bytes(_NONCE)
+    yield MAGIC + nonce + proof(secret, b"acceptor", theirs, nonce)
+    answer = yield _DIGEST
+    if not hmac.compare_digest(answer, proof(secret, b"connector", nonce, theirs)):
+        raise AuthenticationError("the peer does not know this job's secret")
+    yield _ACCEPTED
+
+
+def connect_handshake(sock: socket.socket, secret: str) -> None:
+    """Authenticate a freshly connected blocking socket from the connecting side.
+
+    Raises:
+        AuthenticationError: the peer did not prove the secret or refused ours.
+        OSError: the connection failed or timed out meanwhile.
+    """
+    run_blocking(sock, connect_steps(secret))
+
+
 def accept_handshake(sock: socket.socket, secret: str) -> None:
-    """Authenticate a freshly accepted socket from the accepting side.
+    """Authenticate a freshly accepted blocking socket from the accepting side.
 
     Raises:
         AuthenticationError: the peer did not prove the secret.
         OSError: the connection failed or timed out meanwhile.
     """
-    hello = receive_exactly(sock, len(MAGIC) + _NONCE)
-    if not hello.startswith(MAGIC):
-        raise AuthenticationError("the peer does not speak the actormesh handshake")
-    theirs = hello[len(MAGIC) :]
-    nonce = secrets.token_bytes(_NONCE)
-    sock.sendall(MAGIC + nonce + proof(secret, b"acceptor", theirs, nonce))
-    answer = receive_exactly(sock, _DIGEST)
-    if not hmac.compare_digest(answer, proof(secret, b"connector", nonce, theirs)):
-        raise AuthenticationError("the peer does not know this job's secret")
-    sock.sendall(_ACCEPTED)
+    run_blocking(sock, accept_steps(secret))

@@ -3,31 +3,26 @@
 Every TCP connection runs the handshake of ``_auth`` before it is handed over, so the
 framed ``Connection`` built on it never reads a byte from a peer without the job's secret.
 
-The listener accepts and authenticates on threads of its own, not on the event loop: a
-process whose loop is busy (say, opening a connection to us while we open one to it) can
-still let peers in, so two processes dialling each other never wait on each other's loop.
-Listeners bind to loopback unless a host is given.
+The listener accepts and authenticates on a thread of its own (its gatekeeper), not on
+the event loop: a process whose loop is busy (say, opening a connection to us while we
+open one to it) can still let peers in, so two processes dialling each other never wait
+on each other's loop. Listeners bind to loopback unless a host is given.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import socket
-import threading
 from collections.abc import Callable
 
-from ._auth import AuthenticationError, accept_handshake, connect_handshake
+from ._auth import AuthenticationError, accept_steps, connect_handshake
+from ._gatekeeper import Gatekeeper, Limits
 
 __all__ = ["HANDSHAKE_TIMEOUT", "TcpListener", "connect_tcp", "format_tcp", "parse_tcp"]
 
-log = logging.getLogger("actormesh.transport")
-
-# Seconds a peer gets to connect and authenticate; a stalled handshake is dropped after it.
+# Seconds a connector gives a listener to accept and authenticate it.
 HANDSHAKE_TIMEOUT = 10.0
 _SOCKET_BUFFER = 4 * 1024 * 1024
-# At most this many handshakes run at once; more peers wait in the kernel's backlog.
-_MAX_HANDSHAKES = 64
 # A dead host (no FIN, no RST) is noticed after about idle + interval × count seconds.
 _KEEPALIVE = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3}
 
@@ -97,13 +92,16 @@ def connect_tcp(
 class TcpListener:
     """Accepts TCP connections from peers that know the job's secret.
 
+    Every peer's handshake runs on the listener's gatekeeper (see ``_gatekeeper``): no
+    peer that connects and stalls, however many, keeps the job's own processes out.
+
     Args:
         host: interface to bind (``"127.0.0.1"``: this host only; ``"0.0.0.0"``: all).
         port: port to bind (0: any free one; see ``port``).
         secret: the job's secret.
-        on_accept: called with each authenticated socket, on a listener thread (hand it
-            to the event loop from there).
-        handshake_timeout: seconds a peer gets to authenticate.
+        on_accept: called with each authenticated socket, on the listener's thread (hand
+            it to the event loop from there).
+        limits: the handshake deadline and the caps on handshakes in progress.
     """
 
     def __init__(
@@ -113,78 +111,48 @@ class TcpListener:
         *,
         secret: str,
         on_accept: Callable[[socket.socket], None],
-        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        limits: Limits | None = None,
     ) -> None:
         if not secret:
             raise AuthenticationError("a TCP listener needs a secret (Config.secret)")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._sock.bind((host, port))
-            self._sock.listen(1024)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(1024)
         except BaseException:
-            self._sock.close()
+            sock.close()
             raise
         self.host = host
-        self.port: int = self._sock.getsockname()[1]
-        self._secret = secret
+        self.port: int = sock.getsockname()[1]
         self._on_accept = on_accept
-        self._timeout = handshake_timeout
-        self._slots = threading.BoundedSemaphore(_MAX_HANDSHAKES)
-        self._closed = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.refused = 0  # peers dropped by the handshake, for tests and diagnostics
+        self.gatekeeper = Gatekeeper(
+            sock,
+            lambda: accept_steps(secret),
+            self._admitted,
+            limits=limits,
+            name=f"tcp {format_tcp(host, self.port)}",
+        )
 
     @property
     def address(self) -> str:
         """``"tcp://host:port"`` as bound (the real port when 0 was asked for)."""
         return format_tcp(self.host, self.port)
 
+    @property
+    def refused(self) -> int:
+        """Peers that failed the handshake (wrong secret, another protocol)."""
+        return self.gatekeeper.refused
+
     def start(self) -> None:
         """Begin accepting (on a daemon thread)."""
-        self._thread = threading.Thread(
-            target=self._accept_loop, name=f"actormesh-tcp-{self.port}", daemon=True
-        )
-        self._thread.start()
+        self.gatekeeper.start()
 
-    def _accept_loop(self) -> None:
-        while not self._closed.is_set():
-            try:
-                sock, peer = self._sock.accept()
-            except OSError:
-                if self._closed.wait(0.1):  # out of descriptors, say: try again soon
-                    return
-                continue
-            self._slots.acquire()
-            threading.Thread(
-                target=self._admit, args=(sock, peer), name="actormesh-tcp-auth", daemon=True
-            ).start()
-
-    def _admit(self, sock: socket.socket, peer: object) -> None:
-        try:
-            sock.settimeout(self._timeout)
-            _tune(sock)
-            accept_handshake(sock, self._secret)
-            sock.settimeout(None)
-        except (AuthenticationError, OSError) as error:
-            self.refused += 1
-            log.warning("refused a connection from %s: %s", peer, error)
-            sock.close()
-            return
-        finally:
-            self._slots.release()
-        if self._closed.is_set():
-            sock.close()
-            return
+    def _admitted(self, sock: socket.socket, peer: object, result: object) -> None:
+        _tune(sock)
         self._on_accept(sock)
 
     def close(self) -> None:
         """Stop accepting; safe from any thread and more than once."""
-        if self._closed.is_set():
-            return
-        self._closed.set()
-        # shutdown() wakes a thread blocked in accept(); close() alone does not on Linux.
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
+        self.gatekeeper.close()

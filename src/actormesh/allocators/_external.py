@@ -78,6 +78,12 @@ class ExternalAllocator:
         self._effective_secret = runtime.secret
         return self.address
 
+    def close(self) -> None:
+        """Stop accepting joining processes (those in meshes already keep running)."""
+        if self.address is not None:
+            Runtime.get().stop_listening(self.address)
+            self.address = None
+
     @property
     def secret(self) -> str | None:
         """The secret joining processes must know (once listening; ``None`` before)."""

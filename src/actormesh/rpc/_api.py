@@ -119,7 +119,7 @@ def init_rpc(
             agent=mesh_id,
         )
         try:
-            members = rendezvous(me, address, rpc_timeout or None)
+            members = rendezvous(me, address, rpc_timeout or None, runtime.limits)
             _check_one_host(me, members)
         except BaseException:
             _unhost(runtime, mesh_id)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import socket
 import struct
 import time
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .._transport import Gatekeeper, Limits, Steps, run_blocking
 from ._errors import RpcTimeoutError
 
 __all__ = ["Member", "RendezvousError", "parse_init_method", "rendezvous"]
@@ -86,8 +88,13 @@ def parse_init_method(
     return host, port
 
 
-def rendezvous(me: Member, address: tuple[str, int], timeout: float | None) -> list[Member]:
+def rendezvous(
+    me: Member, address: tuple[str, int], timeout: float | None, limits: Limits | None = None
+) -> list[Member]:
     """Meet the other ``me.world_size - 1`` workers; returns every member, by rank.
+
+    ``limits`` bound what peers that connect to rank 0 may hold before they have sent
+    their record (see ``Gatekeeper``).
 
     Raises:
         RendezvousError: the group is inconsistent (the message says how).
@@ -97,7 +104,7 @@ def rendezvous(me: Member, address: tuple[str, int], timeout: float | None) -> l
     if me.world_size == 1:
         return [me]
     if me.rank == 0:
-        return _serve(me, address, deadline, timeout)
+        return _serve(me, address, deadline, timeout, limits)
     return _join(me, address, deadline, timeout)
 
 
@@ -105,58 +112,75 @@ def rendezvous(me: Member, address: tuple[str, int], timeout: float | None) -> l
 
 
 def _serve(
-    me: Member, address: tuple[str, int], deadline: float | None, timeout: float | None
+    me: Member,
+    address: tuple[str, int],
+    deadline: float | None,
+    timeout: float | None,
+    limits: Limits | None,
 ) -> list[Member]:
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            server.bind(address)
-        except OSError as error:
-            raise RendezvousError(
-                f"rank 0 cannot listen for the rendezvous on {address[0]}:{address[1]} "
-                f"({error.strerror or error}); is another rank 0 running, or the port taken?"
-            ) from None
-        server.listen(max(me.world_size, 16))
-        members: dict[int, Member] = {0: me}
-        peers: list[socket.socket] = []
-        try:
-            problem = ""
-            while len(members) < me.world_size:
-                sock = _accept(server, deadline)
-                if sock is None:
-                    missing = sorted(set(range(me.world_size)) - set(members))
-                    raise RpcTimeoutError(
-                        f"init_rpc: rank(s) {missing} did not join the rendezvous at "
-                        f"{address[0]}:{address[1]} within {timeout:g} s"
-                    )
-                try:
-                    member = Member(**_recv(sock, deadline))
-                except (OSError, ValueError, TypeError, KeyError):
-                    sock.close()  # not one of ours (a port scan, a stale client)
-                    continue
-                peers.append(sock)
-                problem = _conflict(members, member, me.world_size)
-                if problem:
-                    break
-                members[member.rank] = member
-            if problem:
-                for sock in peers:
-                    _send_quietly(sock, {"error": problem})
-                raise RendezvousError(problem)
-            directory = [asdict(members[rank]) for rank in range(me.world_size)]
-            for sock in peers:
-                _send_quietly(sock, {"members": directory})
-            # Wait for each peer to close its end, so none misses the directory when this
-            # process exits early.
-            for sock in peers:
-                with contextlib.suppress(OSError, ValueError):
-                    _recv(sock, deadline)
-        finally:
-            for sock in peers:
-                sock.close()
-    finally:
+        server.bind(address)
+        server.listen(max(me.world_size, 128))
+    except OSError as error:
         server.close()
+        raise RendezvousError(
+            f"rank 0 cannot listen for the rendezvous on {address[0]}:{address[1]} "
+            f"({error.strerror or error}); is another rank 0 running, or the port taken?"
+        ) from None
+    # Each peer sends its record through the gatekeeper: one that connects and says
+    # nothing (a port scan, a stalled client, a flood) never holds up the others.
+    arrivals: queue.SimpleQueue[tuple[socket.socket, dict[str, Any]]] = queue.SimpleQueue()
+    gate = Gatekeeper(
+        server,
+        _record_steps,
+        lambda sock, peer, record: arrivals.put((sock, record)),
+        limits=limits,
+        name=f"rpc rendezvous {address[0]}:{address[1]}",
+    )
+    gate.start()
+    members: dict[int, Member] = {0: me}
+    peers: list[socket.socket] = []
+    try:
+        problem = ""
+        while len(members) < me.world_size:
+            try:
+                sock, record = arrivals.get(timeout=_left(deadline))
+            except queue.Empty:
+                missing = sorted(set(range(me.world_size)) - set(members))
+                raise RpcTimeoutError(
+                    f"init_rpc: rank(s) {missing} did not join the rendezvous at "
+                    f"{address[0]}:{address[1]} within {timeout:g} s"
+                ) from None
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                member = Member(**record)
+            except TypeError:
+                sock.close()  # JSON, but not a record of ours
+                continue
+            peers.append(sock)
+            problem = _conflict(members, member, me.world_size)
+            if problem:
+                break
+            members[member.rank] = member
+        gate.close()
+        if problem:
+            for sock in peers:
+                _send_quietly(sock, {"error": problem})
+            raise RendezvousError(problem)
+        directory = [asdict(members[rank]) for rank in range(me.world_size)]
+        for sock in peers:
+            _send_quietly(sock, {"members": directory})
+        # Wait for each peer to close its end, so none misses the directory when this
+        # process exits early.
+        for sock in peers:
+            with contextlib.suppress(OSError, ValueError):
+                _recv(sock, deadline)
+    finally:
+        gate.close()
+        for sock in peers:
+            sock.close()
     return [members[rank] for rank in range(me.world_size)]
 
 
@@ -180,16 +204,6 @@ def _conflict(members: dict[int, Member], new: Member, world_size: int) -> str:
                 f"(pid {other.pid}) and by rank {new.rank} (pid {new.pid})"
             )
     return ""
-
-
-def _accept(server: socket.socket, deadline: float | None) -> socket.socket | None:
-    server.settimeout(_left(deadline))
-    try:
-        sock, _ = server.accept()
-    except TimeoutError:
-        return None
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
 
 
 # -- other ranks --------------------------------------------------------------------------
@@ -255,23 +269,17 @@ def _send_quietly(sock: socket.socket, message: dict[str, object]) -> None:
         _send(sock, message)
 
 
-def _recv(sock: socket.socket, deadline: float | None) -> dict[str, Any]:
-    sock.settimeout(_left(deadline))
-    (length,) = _LENGTH.unpack(_recv_exactly(sock, _LENGTH.size))
+def _record_steps() -> Steps[dict[str, Any]]:
+    """Read one length-prefixed JSON object (never anything that could run code)."""
+    (length,) = _LENGTH.unpack((yield _LENGTH.size))
     if length > _MAX_MESSAGE:
         raise ValueError(f"rendezvous message of {length} bytes is too large")
-    message = json.loads(_recv_exactly(sock, length))
+    message = json.loads((yield length))
     if not isinstance(message, dict):
         raise ValueError("malformed rendezvous message")
     return message
 
 
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks, left = [], size
-    while left:
-        chunk = sock.recv(left)
-        if not chunk:
-            raise ConnectionError("the peer closed the rendezvous connection")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+def _recv(sock: socket.socket, deadline: float | None) -> dict[str, Any]:
+    sock.settimeout(_left(deadline))
+    return run_blocking(sock, _record_steps())
