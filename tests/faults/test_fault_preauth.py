@@ -16,9 +16,9 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from conftest import Figures
 from faults_actors import Worker
 
 from actormesh import proc_mesh
@@ -79,7 +79,7 @@ def _join(address: str, secret: str) -> subprocess.Popen[bytes]:
 
 @pytest.mark.timeout(90)
 def test_workers_join_while_a_thousand_idle_peers_and_a_slow_drip_hold_the_port(
-    figures: Figures,
+    figures: Any,
 ) -> None:
     allocator = ExternalAllocator("127.0.0.1:0", timeout=45)
     address = allocator.listen().removeprefix("tcp://")
@@ -106,7 +106,7 @@ def test_workers_join_while_a_thousand_idle_peers_and_a_slow_drip_hold_the_port(
 
 
 @pytest.mark.timeout(90)
-def test_the_rpc_rendezvous_completes_while_idle_peers_hold_its_port(figures: Figures) -> None:
+def test_the_rpc_rendezvous_completes_while_idle_peers_hold_its_port(figures: Any) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
