@@ -13,6 +13,7 @@ import contextlib
 import os
 import select
 import signal
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -34,6 +35,15 @@ EXIT_GRACE_S = 5.0
 
 _PROC = Path("/proc")
 _leak_report: list[str] = []
+
+
+def actormesh_files() -> set[str]:
+    """What actormesh could have left in the temporary directory (socket directories)."""
+    return {str(p) for p in Path(tempfile.gettempdir()).glob("actormesh-*")}
+
+
+# Taken at import, before any test runs: whatever appears after is this session's.
+_FILES_BEFORE = actormesh_files()
 
 
 @dataclass(frozen=True)
@@ -116,9 +126,11 @@ def reap_leaked_workers(grace: float = EXIT_GRACE_S) -> list[WorkerProcess]:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     leaked = reap_leaked_workers()
-    if not leaked:
+    left = sorted(actormesh_files() - _FILES_BEFORE)
+    if not leaked and not left:
         return
     _leak_report.extend(f"pid {w.pid}: {w.cmdline}" for w in leaked)
+    _leak_report.extend(f"file left on disk: {path}" for path in left)
     # pytest returns session.exitstatus, so this turns a green run red.
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -126,11 +138,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _leak_report:
         return
-    terminalreporter.section("LEAKED WORKER PROCESSES", sep="!", red=True, bold=True)
+    terminalreporter.section("LEAKED PROCESSES OR FILES", sep="!", red=True, bold=True)
     terminalreporter.line(
-        f"{len(_leak_report)} actormesh worker process(es) started by this test session "
-        f"were still running after it ended (killed now); some test or fixture does not "
-        f"stop what it spawned:",
+        f"{len(_leak_report)} actormesh worker process(es) or file(s) made by this test "
+        f"session were still there after it ended (processes killed now); some test or "
+        f"fixture does not stop what it spawned:",
         red=True,
     )
     for line in _leak_report:

@@ -34,8 +34,10 @@ class Config:
         shm_threshold: buffers at least this large travel through shared memory between
             processes of one host (0 disables shared memory).
         event_loop: ``"uvloop"`` (default when installed) or ``"asyncio"``.
-        socket_dir: where Unix sockets are created (a private directory under it);
-            ``None`` uses the system's temporary directory.
+        socket_dir: ``None`` (the default): Unix sockets get names in Linux's abstract
+            namespace, so nothing is ever created on disk. A directory: socket files in a
+            private directory under it instead (mode 0700), removed when the process
+            that made it exits (not after a SIGKILL).
         heartbeat_interval: seconds between liveness probes of worker processes.
         heartbeat_timeout: seconds without an answer after which a worker that is alive
             but frozen is declared dead.

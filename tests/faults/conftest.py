@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults_support import TAG, ProcessWatch, open_fds, shm_segments
+from faults_support import TAG, ProcessWatch, open_fds, shm_segments, socket_files
 
 import actormesh
 from actormesh._core import Runtime
@@ -73,13 +73,14 @@ def failures() -> Iterator[list[actormesh.Failure]]:
 
 @pytest.fixture(autouse=True)
 def leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fails the test when it leaves processes, zombies, descriptors or segments behind."""
+    """Fails the test when it leaves processes, zombies, descriptors, segments or files."""
     Runtime.get()  # the controller runtime's own descriptors are not the test's
     tag = uuid.uuid4().hex
     previous = os.environ.get(TAG)
     os.environ[TAG] = tag
     fds_before = open_fds()
     shm_before = shm_segments()
+    files_before = socket_files()
     watch = ProcessWatch(tag)
     watch.start()
     try:
@@ -92,6 +93,7 @@ def leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
         leaks = watch.finish(_EXIT_GRACE_S)
         leaks.fds = _new_fds(fds_before)
         leaks.shm = sorted(shm_segments() - shm_before)
+        leaks.files = sorted(socket_files() - files_before)
         record = _RESULTS.setdefault(request.node.nodeid, {})
         record["processes"] = len(watch.seen)
         record["leaks"] = leaks.__dict__

@@ -18,6 +18,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -135,6 +136,11 @@ def shm_segments() -> set[str]:
     return set()
 
 
+def socket_files() -> set[str]:
+    """What actormesh could leave in the temporary directory (socket directories)."""
+    return {str(p) for p in Path(tempfile.gettempdir()).glob("actormesh-*")}
+
+
 @dataclass
 class Leaks:
     """What a test left behind."""
@@ -143,9 +149,10 @@ class Leaks:
     zombies: list[str] = field(default_factory=list)
     fds: list[str] = field(default_factory=list)
     shm: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
 
     def total(self) -> int:
-        return len(self.orphans) + len(self.zombies) + len(self.fds) + len(self.shm)
+        return sum(len(found) for found in self.__dict__.values())
 
 
 class ProcessWatch:

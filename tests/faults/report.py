@@ -69,7 +69,7 @@ def summarize(records: dict[str, Any], took: float, full: bool) -> tuple[str, bo
         and all(outcome != "failed" for outcome in r.get("phases", {}).values())
     ]
     hangs = sum(1 for r in ran.values() if r.get("hang"))
-    leaks = {kind: _leaks(ran, kind) for kind in ("orphans", "zombies", "shm", "fds")}
+    leaks = {kind: _leaks(ran, kind) for kind in ("orphans", "zombies", "shm", "fds", "files")}
     lost = _figures(ran, "lost")
     duplicated = _figures(ran, "duplicated")
     order = _figures(ran, "order_violations")
@@ -80,6 +80,7 @@ def summarize(records: dict[str, Any], took: float, full: bool) -> tuple[str, bo
         ("zombie processes", str(leaks["zombies"])),
         ("leaked shared-memory segments", str(leaks["shm"])),
         ("leaked file descriptors", str(leaks["fds"])),
+        ("files left on disk", str(leaks["files"])),
         ("death detection, median / max", _ms(_figures(ran, "detect_s"))),
         ("frozen-worker detection (timeout 1 s)", _ms(_figures(ran, "frozen_detect_s"))),
         ("rank restart, median / max", _ms(_figures(ran, "restart_s"))),

@@ -3,25 +3,83 @@
 from __future__ import annotations
 
 import os
-import stat
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from integration_actors import CountsPickles, Echo
 
 from actormesh import ProcMesh
+from actormesh._transport import connect_unix
+
+needs_root = pytest.mark.skipif(
+    os.getuid() != 0, reason="running a process as another user needs root"
+)
 
 
-def test_sockets_live_in_a_directory_only_the_user_can_open(procs: ProcMesh) -> None:
+def _abstract_names() -> set[str]:
+    # /proc/net/unix lists every bound socket; abstract names start with "@".
+    lines = Path("/proc/net/unix").read_text().splitlines()[1:]
+    return {fields[-1] for fields in (line.split() for line in lines) if len(fields) == 8}
+
+
+def test_sockets_are_abstract_names_with_nothing_on_disk(procs: ProcMesh) -> None:
     echo = procs.spawn("sockets", Echo).get(timeout=30)
-    dirs = set(echo.socket_dir.call().get(timeout=30).values())
-    assert len(dirs) == 1
-    directory = Path(dirs.pop())
-    info = directory.stat()
-    assert stat.S_IMODE(info.st_mode) == 0o700
-    assert info.st_uid == os.getuid()
-    sockets = [p for p in directory.iterdir() if stat.S_ISSOCK(p.stat().st_mode)]
+    prefixes = set(echo.socket_dir.call().get(timeout=30).values())
+    assert len(prefixes) == 1
+    prefix = prefixes.pop()
+    assert prefix.startswith(f"@actormesh-{os.getuid()}-")
+    assert not Path(prefix).exists() and not Path(prefix[1:]).exists()
+    bound = {name for name in _abstract_names() if name.startswith(prefix + "/")}
     # The controller and the four workers of the mesh each listen there.
-    assert len(sockets) >= 5
+    assert len(bound) >= 5
+
+
+@needs_root
+def test_a_process_of_another_user_is_refused_by_the_listener(procs: ProcMesh) -> None:
+    echo = procs.spawn("strangers", Echo).get(timeout=30)
+    prefix = next(iter(echo.socket_dir.call().get(timeout=30).values()))
+    name = next(n for n in _abstract_names() if n.startswith(prefix + "/"))
+    script = (
+        "import os, socket\n"
+        "os.setuid(65534)\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        f"s.connect({chr(0) + name[1:]!r})\n"
+        "s.settimeout(10)\n"
+        "print(repr(s.recv(1)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
+    )
+    # Connected, then closed before a byte was exchanged: the listener checked the uid.
+    assert result.stdout.strip() == "b''", result.stderr
+
+
+@needs_root
+def test_a_client_refuses_a_listener_of_another_user() -> None:
+    name = f"@actormesh-test-{os.getpid()}-squatter"
+    script = (
+        "import os, socket, sys\n"
+        "os.setuid(65534)\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        f"s.bind({chr(0) + name[1:]!r})\n"
+        "s.listen()\n"
+        "print('ready', flush=True)\n"
+        "conn, _ = s.accept()\n"
+        "sys.stdin.read()\n"
+    )
+    squatter = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert squatter.stdout is not None
+        assert squatter.stdout.readline().strip() == "ready"
+        with pytest.raises(PermissionError, match="another user"):
+            connect_unix(name)
+    finally:
+        squatter.kill()
+        squatter.wait(10)
 
 
 def test_arguments_are_pickled_once_whatever_the_fan_out(procs: ProcMesh) -> None:

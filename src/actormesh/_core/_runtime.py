@@ -37,6 +37,7 @@ from .._transport import (
     TransportClosed,
     connect_address,
     format_tcp,
+    is_abstract,
     is_tcp,
     new_secret,
     parse_tcp,
@@ -503,7 +504,8 @@ class Runtime(Hosting, Workers):
         if self._listener is not None:
             self._listener.close()
         self._close_tcp_listeners()
-        if self._own_socket_dir:  # a worker on another host, say: nobody else removes it
+        if self._own_socket_dir and not is_abstract(self.socket_dir):
+            # A worker on another host, say: nobody else removes its directory.
             with contextlib.suppress(OSError):
                 os.rmdir(self.socket_dir)
         self.loop.stop()
@@ -548,5 +550,5 @@ class Runtime(Hosting, Workers):
         if self._listener is not None:
             self._listener.close()
         self._close_tcp_listeners()
-        if self._own_socket_dir:
+        if self._own_socket_dir and not is_abstract(self.socket_dir):
             shutil.rmtree(self.socket_dir, ignore_errors=True)

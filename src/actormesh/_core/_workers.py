@@ -18,7 +18,7 @@ from typing import Any
 
 from .._config import Config
 from .._exceptions import ActorDiedError
-from .._transport import Connection, TransportClosed, is_tcp
+from .._transport import Connection, TransportClosed, is_abstract, is_tcp
 from . import _envelope as env
 from ._deferral import Deferrals, Resume
 from ._heartbeat import HeartbeatMonitor
@@ -236,8 +236,9 @@ class Workers:
         Keeping the path keeps every mesh reference to it valid; callers that had a
         connection to the old process find the new one on their next connect.
         """
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(child.listen_path)  # the dead process could not remove its socket
+        if not is_abstract(child.listen_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(child.listen_path)  # the dead process could not remove its socket
         env = {**child.env, "ACTORMESH_RESTARTS": str(child.restarts + 1)}
         (new,) = await self.start_processes([(child.key, child.rank, env)])
         new.restarts = child.restarts + 1

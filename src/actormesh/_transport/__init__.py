@@ -8,7 +8,7 @@ from ._connection import Connection, TransportClosed
 from ._gatekeeper import Gatekeeper, Limits
 from ._steps import Steps, run_blocking
 from ._tcp import TcpListener, connect_tcp, format_tcp, parse_tcp
-from ._unix import Listener, connect_unix, private_socket_dir
+from ._unix import Listener, connect_unix, is_abstract, private_socket_dir
 
 __all__ = [
     "AuthenticationError",
@@ -23,6 +23,7 @@ __all__ = [
     "connect_tcp",
     "connect_unix",
     "format_tcp",
+    "is_abstract",
     "is_tcp",
     "new_secret",
     "parse_tcp",
