@@ -533,10 +533,14 @@ class Adverbs:
         self.mesh = mesh
 
     def _prepare(
-        self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        ep: Endpoint[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        ranks: tuple[int, ...] | list[int] | None = None,
     ) -> list[Any]:
         """Check the call where it is written, then pickle its arguments once."""
-        self.mesh._state.check_usable()
+        self.mesh._state.check_usable(self.mesh._shape.ranks if ranks is None else ranks)
         arity = ep.options.arity
         if arity is not None:
             arity.check(ep.name, args, kwargs)
@@ -618,8 +622,10 @@ class Adverbs:
         when_full: WhenFull | None = None,
     ) -> Future[Any]:
         check_limits(max_in_flight, when_full)
-        parts = self._prepare(ep, args, kwargs)
         mesh, state = self.mesh, self.mesh._state
+        # choose passes dead ranks over: only the live candidates' failures matter.
+        live = [rank for rank in mesh._shape.ranks if rank not in state.dead]
+        parts = self._prepare(ep, args, kwargs, live)
         settings = mesh._settings
         if max_in_flight is None:
             max_in_flight = settings.max_in_flight or state.max_in_flight
@@ -642,7 +648,7 @@ class Adverbs:
         kwargs: dict[str, Any],
         dispatch: Any = None,
     ) -> Future[Any]:
-        self.mesh._state.check_usable()
+        self.mesh._state.check_usable(self.mesh._shape.ranks)
         chosen = as_dispatch(dispatch if dispatch is not None else ep.options.dispatch)
         if isinstance(chosen, CallbackDispatch):
             result = chosen.invoke(self.mesh, ep.name, args, kwargs)

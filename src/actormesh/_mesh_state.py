@@ -15,7 +15,10 @@ from typing import Any
 
 from ._exceptions import MeshStoppedError, SupervisionError
 
-__all__ = ["Failure", "MeshState", "all_states", "state_of"]
+__all__ = ["DEATHS", "Failure", "MeshState", "all_states", "state_of"]
+
+# Failure kinds after which the ranks are gone for good (not restarted).
+DEATHS = frozenset({"died", "restart_failed"})
 
 _LATENCY_WINDOW = 1024
 
@@ -75,17 +78,25 @@ class MeshState:
         self.owned: Any = None
         self._named_policies: dict[tuple[str, str], Any] = {}
 
-    def check_usable(self) -> None:
-        """Raise if the mesh may not take calls: stopped, or an unhandled failure."""
+    def check_usable(self, ranks: tuple[int, ...] | list[int]) -> None:
+        """Raise if a call to ``ranks`` may not go out: the mesh was stopped, or one of
+        them has a failure nobody handled (see ``_supervision`` for the rule)."""
         if self.stopped:
             raise MeshStoppedError(f"actor mesh '{self.name}' was stopped")
-        if self.unhandled:
-            failure = self.unhandled.pop(0)
-            raise SupervisionError(
-                f"unhandled failure of actor mesh '{self.name}' ({failure.kind}, ranks "
-                f"{list(failure.ranks)}): {failure.error}",
-                failure,
-            ) from failure.error
+        if not self.unhandled:
+            return
+        for failure in self.unhandled:
+            if any(rank in ranks for rank in failure.ranks):
+                break
+        else:
+            return
+        if failure.kind not in DEATHS:
+            self.unhandled.remove(failure)  # the actor lives on: said once is enough
+        raise SupervisionError(
+            f"unhandled failure of actor mesh '{self.name}' ({failure.kind}, ranks "
+            f"{list(failure.ranks)}): {failure.error}",
+            failure,
+        ) from failure.error
 
     # -- load ---------------------------------------------------------------------------
 

@@ -16,9 +16,18 @@ else, raising, or not defining the hook escalates: the failure goes to the owner
 *owning actor's* mesh, one level up, and so on until it reaches the controller.
 
 In the controller, a failure goes to the hook set with ``set_failure_hook``. Without one,
-it is written to stderr at once, and the next use of the failed mesh raises
-``SupervisionError`` carrying it; a controller never learns of a failure only by noticing
-that something is missing.
+it is written to stderr at once and recorded with the mesh, and calls raise
+``SupervisionError`` carrying it, by this rule (the same every time: the owner's runtime
+records a death before any waiting call hears of it, so no race decides the outcome):
+
+- a call whose actors include a rank that *died* unhandled raises, every time; a call,
+  slice or ``choose`` that leaves the dead ranks out works as before;
+- a call to a rank whose unhandled failure left it alive (a ``broadcast`` that raised,
+  an escalation) raises once, then the failure counts as seen.
+
+A controller never learns of a failure only by noticing that something is missing. With
+a hook, the hook decides; calls that include a dead rank then fail with
+``ActorDiedError``.
 
 Spawning is not supervised this way: a failing ``__init__`` fails the spawn itself with
 ``ActorInitError`` (the caller is waiting for it), and the actors that did start are

@@ -202,6 +202,15 @@ class Workers:
             if owned is child:
                 conn = known
                 del self._child_conns[known]
+        # The owner's listeners (supervision, restarts) hear of the death before any
+        # waiting call does: a caller woken by its ActorDiedError finds the mesh already
+        # knowing which ranks are dead, whatever it does next (no race decides it).
+        if not child.stopping:  # when the owner asked for this exit, nothing to report
+            for listener in list(self.exit_listeners):
+                try:
+                    listener(child, reason)
+                except Exception:
+                    log.exception("a process-exit listener failed")
         if conn is not None:
             self._fail_connection(conn, reason)
             conn.close()
@@ -211,13 +220,6 @@ class Workers:
         child.signal_group(signal.SIGKILL)
         if child.returncode != 0:
             kill_tagged("ACTORMESH_KEY", child.key)
-        if child.stopping:
-            return  # the owner asked for this exit: nothing to report
-        for listener in list(self.exit_listeners):
-            try:
-                listener(child, reason)
-            except Exception:
-                log.exception("a process-exit listener failed")
 
     def relaunching(self, path: str) -> bool:
         """True while the process at ``path`` is being restarted (any thread)."""
