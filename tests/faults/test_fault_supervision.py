@@ -13,7 +13,6 @@ from faults_support import gone, wait_until
 import actormesh
 from actormesh import ActorInitError, ProcMesh, SupervisionError, proc_mesh
 
-
 # How many times the death race is run in a row (each with fresh processes).
 REPETITIONS = 15
 
