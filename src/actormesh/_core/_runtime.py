@@ -445,9 +445,19 @@ class Runtime(Hosting, Workers):
             elif kind == env.REPLY_TO:
                 self._handle_reply_to(conn, header)
             else:
-                log.warning("dropping a frame of unknown kind %r", kind)
-        except Exception:
-            log.exception("failed to handle a frame from %s", conn.peer)
+                raise ValueError(f"unknown message kind {kind!r}")
+        except Exception as error:
+            # A frame this process cannot take (a malformed header, a wrong layout, an
+            # unknown kind) means the peer does not speak our protocol, or not this
+            # version of it: nothing it sends later can be trusted to line up either.
+            log.warning(
+                "closing the connection to %s after a frame it could not handle: %s: %s",
+                conn.peer or "a peer",
+                type(error).__name__,
+                error,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
+            conn.close()
 
     # -- connection loss ----------------------------------------------------------------
 

@@ -377,6 +377,8 @@ class Connection:
             if available < head:
                 break
             lengths = parse_lengths(buf, self._start, nparts)
+            if sum(lengths) != body and sum(n for n in lengths if not n & SHARED) != body:
+                raise OSError(f"peer sent a frame whose part lengths do not add up to {body}")
             body_start = self._start + head
             if available >= head + body:
                 # Copy the body out of the shared read buffer: the parts stay valid (and
