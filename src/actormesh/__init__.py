@@ -17,16 +17,30 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._actor import Actor as Actor
-    from ._actor_group import actor_mesh as actor_mesh
-    from ._actor_mesh import ActorMesh as ActorMesh
-    from ._adverbs import ResultStream as ResultStream
+    from ._api._actor import Actor as Actor
+    from ._api._actor_group import actor_mesh as actor_mesh
+    from ._api._actor_mesh import ActorMesh as ActorMesh
+    from ._api._adverbs import ResultStream as ResultStream
+    from ._api._context import cancelled as cancelled
+    from ._api._context import current_rank as current_rank
+    from ._api._context import current_size as current_size
+    from ._api._endpoint import Endpoint as Endpoint
+    from ._api._endpoint import endpoint as endpoint
+    from ._api._future import Future as Future
+    from ._api._mesh_state import Failure as Failure
+    from ._api._proc_mesh import ProcMesh as ProcMesh
+    from ._api._proc_mesh import proc_mesh as proc_mesh
+    from ._api._routing import Affinity as Affinity
+    from ._api._routing import ChoosePolicy as ChoosePolicy
+    from ._api._routing import LeastLoaded as LeastLoaded
+    from ._api._routing import PowerOfTwo as PowerOfTwo
+    from ._api._routing import Random as Random
+    from ._api._routing import RoundRobin as RoundRobin
+    from ._api._routing import WorkQueue as WorkQueue
+    from ._api._sharding import Dispatch as Dispatch
+    from ._api._sharding import split_along as split_along
+    from ._api._supervision import set_failure_hook as set_failure_hook
     from ._config import Config as Config
-    from ._context import cancelled as cancelled
-    from ._context import current_rank as current_rank
-    from ._context import current_size as current_size
-    from ._endpoint import Endpoint as Endpoint
-    from ._endpoint import endpoint as endpoint
     from ._exceptions import ActorDiedError as ActorDiedError
     from ._exceptions import ActorError as ActorError
     from ._exceptions import ActorInitError as ActorInitError
@@ -38,23 +52,9 @@ if TYPE_CHECKING:
     from ._exceptions import MessageTooLargeError as MessageTooLargeError
     from ._exceptions import SerializationError as SerializationError
     from ._exceptions import SupervisionError as SupervisionError
-    from ._future import Future as Future
-    from ._mesh_state import Failure as Failure
-    from ._proc_mesh import ProcMesh as ProcMesh
-    from ._proc_mesh import proc_mesh as proc_mesh
-    from ._routing import Affinity as Affinity
-    from ._routing import ChoosePolicy as ChoosePolicy
-    from ._routing import LeastLoaded as LeastLoaded
-    from ._routing import PowerOfTwo as PowerOfTwo
-    from ._routing import Random as Random
-    from ._routing import RoundRobin as RoundRobin
-    from ._routing import WorkQueue as WorkQueue
     from ._shape import Point as Point
     from ._shape import Shape as Shape
     from ._shape import ValueMesh as ValueMesh
-    from ._sharding import Dispatch as Dispatch
-    from ._sharding import split_along as split_along
-    from ._supervision import set_failure_hook as set_failure_hook
 
 __all__ = [
     "Actor",
@@ -103,44 +103,44 @@ logging.getLogger("actormesh").addHandler(logging.NullHandler())
 # it hosts touch (the runtime, Actor, endpoint), which halves its start-up time; the
 # controller pays for a module when the program first names something in it.
 _WHERE: dict[str, str] = {
-    "Actor": "._actor",
+    "Actor": "._api._actor",
     "ActorDiedError": "._exceptions",
     "ActorError": "._exceptions",
     "ActorInitError": "._exceptions",
-    "ActorMesh": "._actor_mesh",
+    "ActorMesh": "._api._actor_mesh",
     "ActorMeshError": "._exceptions",
-    "Affinity": "._routing",
+    "Affinity": "._api._routing",
     "CallTimeoutError": "._exceptions",
-    "ChoosePolicy": "._routing",
+    "ChoosePolicy": "._api._routing",
     "Config": "._config",
-    "Dispatch": "._sharding",
-    "Endpoint": "._endpoint",
+    "Dispatch": "._api._sharding",
+    "Endpoint": "._api._endpoint",
     "EndpointNotFoundError": "._exceptions",
-    "Failure": "._mesh_state",
-    "Future": "._future",
-    "LeastLoaded": "._routing",
+    "Failure": "._api._mesh_state",
+    "Future": "._api._future",
+    "LeastLoaded": "._api._routing",
     "MeshBusyError": "._exceptions",
     "MeshStoppedError": "._exceptions",
     "MessageTooLargeError": "._exceptions",
     "Point": "._shape",
-    "PowerOfTwo": "._routing",
-    "ProcMesh": "._proc_mesh",
-    "Random": "._routing",
-    "ResultStream": "._adverbs",
-    "RoundRobin": "._routing",
+    "PowerOfTwo": "._api._routing",
+    "ProcMesh": "._api._proc_mesh",
+    "Random": "._api._routing",
+    "ResultStream": "._api._adverbs",
+    "RoundRobin": "._api._routing",
     "SerializationError": "._exceptions",
     "Shape": "._shape",
     "SupervisionError": "._exceptions",
     "ValueMesh": "._shape",
-    "WorkQueue": "._routing",
-    "actor_mesh": "._actor_group",
-    "cancelled": "._context",
-    "current_rank": "._context",
-    "current_size": "._context",
-    "endpoint": "._endpoint",
-    "proc_mesh": "._proc_mesh",
-    "set_failure_hook": "._supervision",
-    "split_along": "._sharding",
+    "WorkQueue": "._api._routing",
+    "actor_mesh": "._api._actor_group",
+    "cancelled": "._api._context",
+    "current_rank": "._api._context",
+    "current_size": "._api._context",
+    "endpoint": "._api._endpoint",
+    "proc_mesh": "._api._proc_mesh",
+    "set_failure_hook": "._api._supervision",
+    "split_along": "._api._sharding",
 }
 
 

@@ -1,150 +1,46 @@
 """The worker process: ``python -m actormesh._bootstrap`` (started by an owner).
 
-It joins its owner over the socket named in ``ACTORMESH_PARENT``, then serves its actors
-until told to shut down or until the owner goes away. It never outlives the owner: the
-kernel sends it SIGTERM when the owner dies (``PR_SET_PDEATHSIG``), the owner's socket
-closing ends it too, and a watchdog thread waiting on the owner's pidfd ends it even when
-its event loop is blocked. On the way out it kills whatever it started: its process group
-and every descendant, found through the process tree because the worker is their
-subreaper (orphans of its descendants are re-parented to it, and reaped by it).
-
-A worker whose owner is on another host (``tcp://`` address; started through Ray, or
-joining by itself with ``actormesh worker --join``) has no owner pid to watch: a thread
-watches the owner's connection instead, and the worker exits when it hangs up.
+A worker lives as every process an owner starts does (``actormesh._hosts._lifetime``:
+never outliving its owner, killing what it started on the way out) and hosts actors:
+failures of the meshes it spawns in turn are supervised from here.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import ctypes
 import os
-import select
-import signal
-import sys
-import threading
-import time
 from typing import Any
 
-from ._config import Config
-from ._core import Runtime
-from ._core._output import install_prefix_streams
-from ._core._reaper import OrphanReaper, become_subreaper, kill_tree
-from ._core._runtime import new_event_loop
-from ._transport import is_tcp
+from ._api._supervision import install
+from ._hosts._lifetime import serve as serve_process
 
 __all__ = ["main", "serve"]
-
-_PR_SET_PDEATHSIG = 1
-_REAP_INTERVAL = 1.0
-# Whether this process' group is its own to kill on the way out: not when someone else
-# started it (``actormesh worker --join`` shares the group of the shell or launcher).
-_OWN_GROUP = True
-# Seconds the event loop gets to act on its owner's hang-up before a thread ends us.
-_OWNER_GRACE = 2.0
-
-
-def _die_with_parent() -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    # The parent may have died before prctl took effect: then we were re-parented.
-    expected = os.environ.get("ACTORMESH_PARENT_PID")
-    if expected and os.getppid() != int(expected):
-        os._exit(0)
-
-
-def _watch_parent(parent: int) -> None:
-    """End this process soon after ``parent`` dies, even if the event loop is blocked."""
-    try:
-        pidfd = os.pidfd_open(parent)
-    except ProcessLookupError:
-        _exit_now()  # gone already
-    except OSError:
-        return  # no pidfd support: PR_SET_PDEATHSIG and the closed socket still end us
-
-    def wait() -> None:
-        poller = select.poll()
-        poller.register(pidfd, select.POLLIN)
-        while not poller.poll():
-            pass
-        _exit_now()
-
-    threading.Thread(target=wait, name="actormesh-parent-watch", daemon=True).start()
-
-
-def _watch_owner_connection(fd: int) -> None:
-    """End this process soon after the owner's TCP connection closes, even if the event
-    loop is blocked (an owner on another host has no pid to watch)."""
-    ended = select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL
-
-    def wait() -> None:
-        poller = select.poll()
-        poller.register(fd, select.POLLRDHUP)  # only hang-ups: the loop reads the data
-        while not any(mask & ended for _, mask in poller.poll()):
-            pass
-        # A free event loop sees the hang-up too and exits cleaner (its sockets and
-        # directory removed) within milliseconds; step in only when it is blocked.
-        time.sleep(_OWNER_GRACE)
-        _exit_now()
-
-    threading.Thread(target=wait, name="actormesh-owner-watch", daemon=True).start()
-
-
-def _exit_now() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    kill_tree(include_group=_OWN_GROUP)
-    os._exit(0)
-
-
-def _reap_periodically(loop: asyncio.AbstractEventLoop, reaper: OrphanReaper) -> None:
-    reaper.tick()
-    loop.call_later(_REAP_INTERVAL, _reap_periodically, loop, reaper)
 
 
 def main() -> None:
     """Run one worker until shutdown."""
-    serve(os.environ["ACTORMESH_KEY"], os.environ["ACTORMESH_PARENT"])
+    # Set by a host agent for its workers: listen on TCP there too (other hosts call
+    # them), on this port when it replaces a process that held it.
+    serve(
+        os.environ["ACTORMESH_KEY"],
+        os.environ["ACTORMESH_PARENT"],
+        advertise=os.environ.get("ACTORMESH_ADVERTISE") or None,
+        port=int(os.environ.get("ACTORMESH_PORT") or 0),
+    )
 
 
 def serve(
-    key: str, owner: str, info: dict[str, Any] | None = None, *, own_group: bool = True
+    key: str,
+    owner: str,
+    info: dict[str, Any] | None = None,
+    *,
+    own_group: bool = True,
+    advertise: str | None = None,
+    port: int = 0,
 ) -> None:
-    """Join the owner at address ``owner`` as process ``key`` and serve until shutdown.
-
-    ``info`` travels in the HELLO (a process that joins by itself says who it is).
-    ``own_group`` False: the process group belongs to whoever started this process, so
-    only this process' descendants die with it.
-    """
-    global _OWN_GROUP
-    _OWN_GROUP = own_group
-    _die_with_parent()
-    become_subreaper()
-    parent = os.environ.get("ACTORMESH_PARENT_PID")
-    if parent:
-        _watch_parent(int(parent))
-    config = Config.from_env()
-    if os.environ.get("ACTORMESH_OUTPUT") == "prefix":
-        coords = os.environ.get("ACTORMESH_COORDS", "{}")
-        install_prefix_streams(f"[{os.environ.get('ACTORMESH_PROC_MESH', 'procs')} {coords}]")
-    loop = new_event_loop(config)
-    asyncio.set_event_loop(loop)
-    runtime = Runtime.start_worker(config, loop, key, owner, info)
-    if is_tcp(owner):
-        _watch_owner_connection(runtime.connection(owner).fileno())
-    from ._supervision import install
-
-    install(runtime)
-    loop.add_signal_handler(signal.SIGTERM, runtime._exit_worker, "SIGTERM")
-    _reap_periodically(loop, OrphanReaper())
-    try:
-        loop.run_forever()
-    finally:
-        _exit_now()
+    """Join the owner at ``owner`` as worker ``key`` and host actors until shutdown."""
+    serve_process(
+        key, owner, info, own_group=own_group, advertise=advertise, port=port, setup=install
+    )
 
 
 if __name__ == "__main__":

@@ -7,16 +7,16 @@
 
 from __future__ import annotations
 
-from ._actor import Actor as Actor
-from ._actor_mesh import ActorMesh as ActorMesh
-from ._context import current_rank as current_rank
-from ._context import current_size as current_size
-from ._endpoint import Endpoint as Endpoint
-from ._endpoint import endpoint as endpoint
+from ._api._actor import Actor as Actor
+from ._api._actor_mesh import ActorMesh as ActorMesh
+from ._api._context import current_rank as current_rank
+from ._api._context import current_size as current_size
+from ._api._endpoint import Endpoint as Endpoint
+from ._api._endpoint import endpoint as endpoint
+from ._api._future import Future as Future
+from ._api._proc_mesh import ProcMesh as ProcMesh
+from ._api._proc_mesh import proc_mesh as proc_mesh
 from ._exceptions import ActorError as ActorError
-from ._future import Future as Future
-from ._proc_mesh import ProcMesh as ProcMesh
-from ._proc_mesh import proc_mesh as proc_mesh
 from ._shape import Point as Point
 from ._shape import ValueMesh as ValueMesh
 

@@ -27,7 +27,7 @@ import pytest
 from faults_support import TAG, ProcessWatch, open_fds, shm_segments, socket_files
 
 import actormesh
-from actormesh._core import Runtime
+from actormesh._hosts import Runtime
 
 HERE = Path(__file__).resolve().parent
 os.environ["PYTHONPATH"] = os.pathsep.join(

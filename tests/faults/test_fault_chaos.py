@@ -27,7 +27,7 @@ from faults_actors import Ledger
 from faults_support import wait_until
 
 from actormesh import ActorDiedError, Future, ProcMesh, proc_mesh
-from actormesh._core import Runtime
+from actormesh._hosts import Runtime
 
 FULL = os.environ.get("ACTORMESH_FAULTS_FULL") == "1"
 SECONDS = 30.0 if FULL else 6.0

@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actormesh import ActorMesh, proc_mesh
-from actormesh._core import Runtime
+from actormesh._hosts import Runtime
 from actormesh._transport import (
     Limits,
     TcpListener,

@@ -11,7 +11,7 @@ from groups_actors import Probe
 
 import actormesh
 from actormesh import Actor, ActorMesh, MeshStoppedError, actor_mesh, endpoint
-from actormesh._actor import RESERVED_NAMES
+from actormesh._api._actor import RESERVED_NAMES
 
 
 def pid_alive(pid: int) -> bool:

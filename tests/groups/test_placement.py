@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actormesh._placement import Placement, plan, resources_from, visible_gpus
+from actormesh._api._placement import Placement, plan, resources_from, visible_gpus
 
 
 @given(

@@ -70,14 +70,14 @@ def test_mypy_types_adverbs_as_the_endpoint_return_type(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     notes = [line.split("Revealed type is ", 1)[1] for line in lines if "Revealed type" in line]
     assert notes == [
-        '"actormesh._future.Future[float]"',
-        '"actormesh._future.Future[str]"',
-        '"actormesh._future.Future[actormesh._shape.ValueMesh[float]]"',
-        '"actormesh._future.Future[float]"',
-        '"actormesh._future.Future[float]"',
+        '"actormesh._api._future.Future[float]"',
+        '"actormesh._api._future.Future[str]"',
+        '"actormesh._api._future.Future[actormesh._shape.ValueMesh[float]]"',
+        '"actormesh._api._future.Future[float]"',
+        '"actormesh._api._future.Future[float]"',
         '"float"',
-        '"actormesh._future.Future[float]"',
-        '"actormesh._actor_mesh.ActorMesh[typed_program.Stepper]"',
+        '"actormesh._api._future.Future[float]"',
+        '"actormesh._api._actor_mesh.ActorMesh[typed_program.Stepper]"',
     ], done.stdout
     errors = [line for line in lines if ": error:" in line]
     assert len(errors) == 1, done.stdout

@@ -11,7 +11,7 @@ from integration_actors import Echo, Relay
 from integration_support import wait_until
 
 from actormesh import ActorMesh, ProcMesh
-from actormesh._core import Runtime
+from actormesh._hosts import Runtime
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from actormesh import Actor, ActorMesh, current_rank, endpoint
-from actormesh._core import Runtime
+from actormesh._hosts import Runtime
 
 
 def _established_peers() -> set[str]:

@@ -15,10 +15,10 @@ from multihost_actors import Where
 from multihost_support import closed_on_us
 
 from actormesh import proc_mesh
-from actormesh._core import Runtime
 from actormesh._core._envelope import HELLO
 from actormesh._core._envelope import encode_header as encode_envelope
-from actormesh._core._remote import Joined
+from actormesh._hosts import Runtime
+from actormesh._hosts._remote import Joined
 from actormesh._transport._frames import encode_header as encode_frame
 from actormesh.allocators import Allocator, ExternalAllocator, LocalAllocator
 from actormesh.allocators._joining import join_order

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actormesh._core._deferral import Deferrals
-from actormesh._core._heartbeat import HeartbeatMonitor
+from actormesh._hosts._heartbeat import HeartbeatMonitor
 
 
 class FakeLoop:

@@ -17,34 +17,28 @@ import pytest
 PACKAGE = "actormesh"
 SRC = Path(__file__).resolve().parents[2] / "src" / PACKAGE
 
-# Top-level names under actormesh/ and their layer; anything else at top level is layer 3.
-LAYERS: dict[str, int] = {
+# Top-level names under actormesh/ and their layer (DESIGN.md §3); anything else at top
+# level is public API beside the package root (the Monarch and Ray faces).
+LAYERS: dict[str, float] = {
     "_shape": 0,
     "_exceptions": 0,
     "_config": 0,
     "_transport": 1,
     "_core": 2,
-    "_actor": 3,
-    "_endpoint": 3,
-    "_routing": 3,
-    "_adverbs": 3,
-    "_future": 3,
-    "_actor_mesh": 3,
-    "_proc_mesh": 3,
-    "_supervision": 3,
-    "_bootstrap": 3,
-    "_context": 3,
-    "_output": 3,
-    "_cli": 3,
-    "allocators": 4,
-    "rpc": 4,
-    "torch": 4,
-    "testing": 4,
+    "_hosts": 3,
+    "_api": 4,
+    "_bootstrap": 4,  # the worker process' entry point: a runtime and the actor layer
+    "allocators": 5,
+    "rpc": 5,
+    "torch": 5,
+    "testing": 5,
+    "_cli": 5,
 }
-DEFAULT_LAYER = 3
-# actormesh/__init__.py re-exports the actor API, so it sits just above layer 3: it may
-# import layers <= 3, and only layer 4 may import it (anything lower would be a cycle).
-ROOT_LAYER = 3.5
+# actormesh/__init__.py re-exports the actor API, so it sits just above layer 4: it may
+# import layers <= 4, and only layer 5 may import it (anything lower would be a cycle).
+# The public faces beside it (actormesh.actor, .proc_mesh, .actor_mesh, .ray) too.
+ROOT_LAYER = 4.5
+DEFAULT_LAYER = ROOT_LAYER
 
 
 @dataclass(frozen=True)
@@ -149,8 +143,9 @@ def find_violations(root: Path = SRC) -> list[Violation]:
     violations = []
     for name, path in names.items():
         own = layer_of(name)
-        # The package's __init__ may import up to layer 3; ROOT_LAYER only matters as a target.
-        allowed = DEFAULT_LAYER if name == PACKAGE else own
+        # The package's __init__ and the faces beside it may import up to layer 4, not
+        # each other's ROOT_LAYER: that only matters as a target.
+        allowed = 4 if own == ROOT_LAYER else own
         for line, imported in imported_modules(
             path.read_text(encoding="utf-8"),
             name,
@@ -186,7 +181,9 @@ def tree(tmp_path: Path) -> Path:
     for rel in [
         "__init__.py",
         "_shape.py",
-        "_actor.py",
+        "_api/__init__.py",
+        "_api/_actor.py",
+        "_hosts/__init__.py",
         "_core/__init__.py",
         "_core/_runtime.py",
         "_transport/__init__.py",
@@ -206,10 +203,10 @@ def _found(root: Path) -> list[str]:
 
 
 def test_checker_accepts_imports_from_lower_layers(tree: Path) -> None:
-    _write(tree, "_actor.py", "from ._core import _runtime\nfrom actormesh._shape import X\n")
+    _write(tree, "_api/_actor.py", "from .._core import _runtime\nfrom actormesh._shape import X\n")
     _write(tree, "_core/_runtime.py", "from .. import _shape\nfrom .._transport import T\n")
-    _write(tree, "rpc/__init__.py", "from actormesh import Actor\nfrom .._actor import A\n")
-    _write(tree, "__init__.py", "from ._actor import A\n")
+    _write(tree, "rpc/__init__.py", "from actormesh import Actor\nfrom .._api._actor import A\n")
+    _write(tree, "__init__.py", "from ._api._actor import A\n")
     assert _found(tree) == []
 
 
@@ -221,27 +218,27 @@ def test_checker_reports_absolute_import_from_a_higher_layer(tree: Path) -> None
 
 
 def test_checker_reports_relative_import_from_a_higher_layer(tree: Path) -> None:
-    _write(tree, "_core/_runtime.py", "def f():\n    from .. import _actor\n")
+    _write(tree, "_core/_runtime.py", "def f():\n    from .._hosts import Runtime\n")
     assert _found(tree) == [
-        "actormesh._core._runtime (layer 2) line 2 imports actormesh._actor (layer 3)"
+        "actormesh._core._runtime (layer 2) line 2 imports actormesh._hosts (layer 3)"
     ]
 
 
-def test_checker_reports_layer_three_importing_the_package_root(tree: Path) -> None:
-    _write(tree, "_actor.py", "from actormesh import Actor\n")
-    assert _found(tree) == ["actormesh._actor (layer 3) line 1 imports actormesh (layer 3.5)"]
+def test_checker_reports_layer_four_importing_the_package_root(tree: Path) -> None:
+    _write(tree, "_api/_actor.py", "from actormesh import Actor\n")
+    assert _found(tree) == ["actormesh._api._actor (layer 4) line 1 imports actormesh (layer 4.5)"]
 
 
-def test_checker_reports_package_root_importing_layer_four(tree: Path) -> None:
+def test_checker_reports_package_root_importing_layer_five(tree: Path) -> None:
     _write(tree, "__init__.py", "from .rpc import rpc_sync\n")
-    assert _found(tree) == ["actormesh (layer 3.5) line 1 imports actormesh.rpc (layer 4)"]
+    assert _found(tree) == ["actormesh (layer 4.5) line 1 imports actormesh.rpc (layer 5)"]
 
 
-def test_checker_counts_unknown_top_level_modules_as_layer_three(tree: Path) -> None:
-    _write(tree, "_new_thing.py", "")
-    _write(tree, "_core/_runtime.py", "from actormesh._new_thing import N\n")
+def test_checker_counts_unknown_top_level_modules_as_public_faces(tree: Path) -> None:
+    _write(tree, "new_face.py", "")
+    _write(tree, "_api/_actor.py", "from actormesh.new_face import N\n")
     assert _found(tree) == [
-        "actormesh._core._runtime (layer 2) line 1 imports actormesh._new_thing (layer 3)"
+        "actormesh._api._actor (layer 4) line 1 imports actormesh.new_face (layer 4.5)"
     ]
 
 
@@ -252,7 +249,7 @@ def test_checker_ignores_type_checking_imports_but_not_their_else_branch(tree: P
         "import typing\n"
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n"
-        "    from ._actor import A\n"
+        "    from ._api._actor import A\n"
         "if typing.TYPE_CHECKING:\n"
         "    import actormesh.rpc\n"
         "else:\n"

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actormesh._routing import (
+from actormesh._api._routing import (
     Affinity,
     ChoosePolicy,
     LeastLoaded,
@@ -235,7 +235,7 @@ def test_affinity_preference_is_the_same_in_another_process() -> None:
     keys = ["alpha", "beta", ("x", 2), b"raw", 3.5]
     here = [Affinity().preference(k, range(12)) for k in keys]
     code = (
-        "from actormesh._routing import Affinity;"
+        "from actormesh._api._routing import Affinity;"
         f"print([Affinity().preference(k, range(12)) for k in {keys!r}])"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -340,7 +340,7 @@ def test_policy_from_rejects_objects_without_choose() -> None:
 
 def test_routing_imports_neither_numpy_nor_torch() -> None:
     code = (
-        "import sys, actormesh._routing, actormesh._sharding;"
+        "import sys, actormesh._api._routing, actormesh._api._sharding;"
         "print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

@@ -11,8 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actormesh._shape import Shape, ValueMesh
-from actormesh._sharding import (
+from actormesh._api._sharding import (
     CallbackDispatch,
     Dispatch,
     SplitAlong,
@@ -22,6 +21,7 @@ from actormesh._sharding import (
     split_along,
     value_mesh,
 )
+from actormesh._shape import Shape, ValueMesh
 
 DP4 = Shape.from_dims(("dp",), (4,))
 DP2_TP2 = Shape.from_dims(("dp", "tp"), (2, 2))

@@ -23,6 +23,19 @@ fan-out re-encodes only the header per destination, never the arguments. The lay
     (REPLY_TO, token)                           first frame of a connection that a caller's
                                                 own event loop reads replies on
 
+Between an owner and a host agent (``actormesh._hosts``), which stands between the owner
+and the workers of one host::
+
+    (RELAY, address)                            + a whole frame for the worker at address
+    (CAST, gather, [(address, ranks, header)])  + parts shared by every worker named: each
+                                                gets its header and the parts; gather: the
+                                                req_id whose replies the agent batches
+    (REPLIES, [(req_id, rank, ok, nparts)])     + every reply's parts, back to back
+    (HOST, req_id, op)                          + args pickle: a host operation (spawn,
+                                                relaunch, signal); one REPLY (rank -1)
+    (EVENT, what, address)                      + details pickle: a worker exited, or
+                                                output lines for the owner's streams
+
 ``req_id`` 0 means no reply is wanted (``broadcast``).
 """
 
@@ -38,11 +51,16 @@ from ._serialization import dumps
 __all__ = [
     "CALL",
     "CANCEL",
+    "CAST",
+    "EVENT",
     "FAILURE",
     "HELLO",
+    "HOST",
     "INSPECT",
     "PING",
     "PONG",
+    "RELAY",
+    "REPLIES",
     "REPLY",
     "REPLY_TO",
     "SHUTDOWN",
@@ -56,6 +74,7 @@ __all__ = [
 
 HELLO, SPAWN, CALL, REPLY, FAILURE, STOP_MESH, CANCEL, SHUTDOWN = range(1, 9)
 PING, PONG, INSPECT, REPLY_TO = range(9, 13)
+RELAY, CAST, REPLIES, HOST, EVENT = range(13, 18)
 
 
 def encode_header(header: tuple[Any, ...]) -> bytes:
@@ -63,11 +82,42 @@ def encode_header(header: tuple[Any, ...]) -> bytes:
     return pickle.dumps(header, 5)
 
 
+# How many items a header of each kind has (CALL: with or without a reply-route token).
+_ARITY: dict[int, tuple[int, ...]] = {
+    HELLO: (5,),
+    SPAWN: (4,),
+    CALL: (5, 6),
+    REPLY: (4,),
+    FAILURE: (4,),
+    STOP_MESH: (3,),
+    CANCEL: (4,),
+    SHUTDOWN: (1,),
+    PING: (2,),
+    PONG: (2,),
+    INSPECT: (5,),
+    REPLY_TO: (2,),
+    RELAY: (2,),
+    CAST: (3,),
+    REPLIES: (2,),
+    HOST: (3,),
+    EVENT: (3,),
+}
+
+
 def decode_header(data: Any) -> tuple[Any, ...]:
-    """The header tuple of a frame's first part."""
+    """The header tuple of a frame's first part.
+
+    Raises:
+        ValueError: not a header of a kind this version knows, with that kind's layout.
+    """
     header = pickle.loads(data)
     if not isinstance(header, tuple) or not header:
         raise ValueError(f"malformed envelope header: {header!r}")
+    arity = _ARITY.get(header[0]) if isinstance(header[0], int) else None
+    if arity is None:
+        raise ValueError(f"unknown message kind {header[0]!r}")
+    if len(header) not in arity:
+        raise ValueError(f"a header of kind {header[0]} with {len(header)} items: {header!r}")
     return header
 
 

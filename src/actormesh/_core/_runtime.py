@@ -20,7 +20,6 @@ import itertools
 import logging
 import os
 import shutil
-import signal
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -42,23 +41,20 @@ from .._transport import (
     new_secret,
     parse_tcp,
     private_socket_dir,
+    route_source,
 )
 from .._transport._connection import CloseHandler
 from .._transport._frames import Buffer
 from . import _envelope as env
-from ._deferral import Deferrals
-from ._heartbeat import HeartbeatMonitor
 from ._hosting import Hosting, _Delivery, _HostedActor
-from ._output import PipeForwarder
-from ._process import ChildProcess
-from ._remote import Joins, RemoteProcess, route_source
 from ._reply_routes import ReplyRoute, ReplyRoutes
-from ._workers import Workers
 
-__all__ = ["ReplyHandler", "Runtime", "new_event_loop"]
+__all__ = ["CoreRuntime", "FrameKindHandler", "ReplyHandler", "new_event_loop"]
 
 log = logging.getLogger("actormesh.runtime")
 T = TypeVar("T")
+FrameKindHandler = Callable[[Connection, tuple[Any, ...], list[memoryview]], None]
+R = TypeVar("R", bound="CoreRuntime")
 
 
 class ReplyHandler(Protocol):
@@ -85,10 +81,16 @@ def new_event_loop(config: Config) -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-class Runtime(Hosting, Workers):
-    """This process' runtime; see the module docstring."""
+class CoreRuntime(Hosting):
+    """This process' runtime, without the processes it owns; see the module docstring.
 
-    _current: ClassVar[Runtime | None] = None
+    The runtime every process uses is ``actormesh._hosts.Runtime``: this one plus the
+    worker processes it starts, watches and restarts (layer 3). The hooks below are where
+    that layer joins in: a worker's HELLO, a heartbeat's answer, a worker's connection
+    closing, and shutting the workers down.
+    """
+
+    _current: ClassVar[CoreRuntime | None] = None
     _current_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, config: Config, loop: asyncio.AbstractEventLoop, key: str) -> None:
@@ -116,17 +118,7 @@ class Runtime(Hosting, Workers):
         self._reply_conns: dict[str, Connection] = {}
         # Calls made on other event loops get their replies read there (no thread hop).
         self.routes = ReplyRoutes(loop, self._new_route_connection, key)
-        self._children: dict[str, ChildProcess] = {}
-        self._child_conns: dict[Connection, ChildProcess] = {}
-        self._forwarders: dict[str, list[PipeForwarder]] = {}
-        self._hello: dict[str, asyncio.Future[None]] = {}
         self._parent: Connection | None = None
-        self._heartbeat: HeartbeatMonitor | None = None
-        self.exit_listeners: list[Callable[[ChildProcess, str], None]] = []
-        # Asked first when a worker dies: True when it will be restarted at the same path
-        # (then calls to it wait for the new process, see relaunching / when_back).
-        self.relaunch_policy: Callable[[ChildProcess], bool] | None = None
-        self._deferrals = Deferrals()
         self.failure_handler: Callable[[str, int, str, memoryview], None] | None = None
         # The job's secret: TCP peers prove it (workers started here inherit it).
         self.secret = config.secret or new_secret()
@@ -134,30 +126,54 @@ class Runtime(Hosting, Workers):
         # address when its owner is on another host (see listen_tcp).
         self.address = self.listen_path
         self._tcp_listeners: dict[tuple[str, int], TcpListener] = {}
-        self.joins = Joins()  # who waits for processes that dial in over TCP
+        # Frame kinds the layers above handle (a host agent's RELAY, CAST, HOST, EVENT),
+        # and where a REPLY that no request here waits for goes (an agent passes its
+        # workers' replies on to their caller); both run on the loop thread.
+        self.frame_kinds: dict[int, FrameKindHandler] = {}
+        self.forward_reply: Callable[[Connection, list[memoryview]], None] | None = None
+
+    # -- hooks of the layer that owns processes (see the class docstring) ----------------
+
+    def _handle_hello(self, conn: Connection, header: tuple[Any, ...]) -> None:
+        raise ValueError("a HELLO reached a process that owns no workers")
+
+    def _heartbeat_answered(self, peer: str) -> None:
+        """A worker at ``peer`` answered a heartbeat."""
+
+    def _child_connection_closed(self, conn: Connection, error: BaseException | None) -> bool:
+        """The connection of a worker of ours closed: True once that is taken care of."""
+        return False
+
+    def _owns_processes(self) -> bool:
+        return False
+
+    def _stop_children(self) -> None:
+        """Stop every worker this process started (at shutdown, off the loop thread)."""
 
     # -- construction -------------------------------------------------------------------
 
     @classmethod
-    def get(cls) -> Runtime:
+    def get(cls: type[R]) -> R:
         """This process' runtime, starting a controller runtime on first use."""
-        runtime = cls._current
+        runtime = CoreRuntime._current
         if runtime is not None and not runtime.closed:
-            return runtime
-        with cls._current_lock:
-            runtime = cls._current
+            return runtime  # type: ignore[return-value]
+        with CoreRuntime._current_lock:
+            runtime = CoreRuntime._current
             if runtime is None or runtime.closed:
-                runtime = cls._current = cls._start_controller(Config.from_env())
-        return runtime
+                runtime = CoreRuntime._current = cls._start_controller(Config.from_env())
+        return runtime  # type: ignore[return-value]
 
     @classmethod
-    def current(cls) -> Runtime | None:
+    def current(cls: type[R]) -> R | None:
         """The runtime if one is running here, without starting one."""
-        runtime = cls._current
-        return runtime if runtime is not None and not runtime.closed else None
+        runtime = CoreRuntime._current
+        if runtime is not None and not runtime.closed:
+            return runtime  # type: ignore[return-value]
+        return None
 
     @classmethod
-    def _start_controller(cls, config: Config) -> Runtime:
+    def _start_controller(cls: type[R], config: Config) -> R:
         loop = new_event_loop(config)
         runtime = cls(config, loop, key=f"ctl{os.getpid()}-{time.monotonic_ns() % 10**9}")
         started = threading.Event()
@@ -178,33 +194,41 @@ class Runtime(Hosting, Workers):
 
     @classmethod
     def start_worker(
-        cls,
+        cls: type[R],
         config: Config,
         loop: asyncio.AbstractEventLoop,
         key: str,
         parent_path: str,
         info: dict[str, Any] | None = None,
-    ) -> Runtime:
+        *,
+        advertise: str | None = None,
+        port: int = 0,
+    ) -> R:
         """Create the runtime of a worker on the calling thread's ``loop`` (not yet run).
 
         An owner at a ``tcp://`` address is on another host (or lets processes join): the
         worker then listens on TCP too, on ``Config.listen_host`` or else the interface
-        that reaches the owner, and introduces itself by that address. ``info`` travels
-        in the HELLO (a joining process says who it is).
+        that reaches the owner, and introduces itself by that address. ``advertise`` asks
+        for the same with an owner on this host (a host agent's workers, whom other hosts
+        call): listen on that interface. ``port`` is the TCP port to take (0: any; a
+        restarted worker takes its predecessor's, so references to it stay valid).
+        ``info`` travels in the HELLO (a joining process says who it is), with the
+        worker's Unix socket added, where its owner on this host knows it by.
         """
         runtime = cls(config, loop, key=key)
         runtime.loop_thread_id = threading.get_ident()
-        cls._current = runtime
+        CoreRuntime._current = runtime
         loop.run_until_complete(runtime._listen())
-        if is_tcp(parent_path):
-            here = route_source(parent_path)
-            address = runtime.listen_tcp(config.listen_host or here)
+        if is_tcp(parent_path) or advertise:
+            here = route_source(parent_path) if is_tcp(parent_path) else str(advertise)
+            address = runtime.listen_tcp(config.listen_host or advertise or here, port)
             if parse_tcp(address)[0] in ("0.0.0.0", "::"):
                 # Listening everywhere: peers reach us where our owner does.
                 address = format_tcp(here, parse_tcp(address)[1])
             runtime.address = address
         runtime._parent = runtime.connection(parent_path)
-        hello = (env.HELLO, runtime.address, os.getpid(), key, info or {})
+        details = {**(info or {}), "unix": runtime.listen_path}
+        hello = (env.HELLO, runtime.address, os.getpid(), key, details)
         runtime._parent.send([env.encode_header(hello)])
         return runtime
 
@@ -294,7 +318,7 @@ class Runtime(Hosting, Workers):
         """
         if secret == self.secret:
             return
-        if self._tcp_listeners or self._children:
+        if self._tcp_listeners or self._owns_processes():
             raise ValueError(
                 "this process already uses another job secret (its workers or listeners "
                 "have it); set ACTORMESH_SECRET before the first mesh instead"
@@ -381,6 +405,18 @@ class Runtime(Hosting, Workers):
         self.call_soon(conn.start)
         return conn
 
+    def known_connection(self, path: str) -> Connection | None:
+        """The open connection to ``path`` if there is one (never dials)."""
+        conn = self._conns.get(path)
+        return conn if conn is not None and not conn.closed else None
+
+    @property
+    def parent(self) -> Connection:
+        """The connection to this process' owner (a worker's, or a host agent's)."""
+        if self._parent is None:
+            raise RuntimeError("this process has no owner (it is a controller)")
+        return self._parent
+
     def _dial(self, path: str) -> Any:
         try:
             return connect_address(path, secret=self.secret)
@@ -412,52 +448,75 @@ class Runtime(Hosting, Workers):
     def _on_frame(self, conn: Connection, parts: list[memoryview]) -> None:
         try:
             header = env.decode_header(parts[0])
-            kind = header[0]
-            if kind == env.REPLY:
-                _, req_id, rank, ok = header
-                handler = self._pending.get(req_id)
-                if handler is not None and handler.on_reply(rank, ok, parts[1:]):
-                    self._pending.pop(req_id, None)
-            elif kind == env.CALL:
-                self._handle_call(conn, header, parts)
-            elif kind == env.SPAWN:
-                self._handle_spawn(conn, header, parts)
-            elif kind == env.FAILURE:
-                _, mesh_id, rank, endpoint = header
-                if self.failure_handler is not None:
-                    self.failure_handler(mesh_id, rank, endpoint, parts[1])
-            elif kind == env.HELLO:
-                self._handle_hello(conn, header)
-            elif kind == env.STOP_MESH:
-                self._handle_stop_mesh(conn, header)
-            elif kind == env.SHUTDOWN:
-                self._exit_worker("asked to shut down")
-            elif kind == env.PING:
-                # Answered here, on the loop, so a busy actor thread cannot delay it.
-                conn.send([env.encode_header((env.PONG, header[1]))])
-            elif kind == env.PONG:
-                if self._heartbeat is not None:
-                    self._heartbeat.answered(conn.peer)
-            elif kind == env.CANCEL:
-                self._handle_cancel(conn, header)
-            elif kind == env.INSPECT:
-                self._handle_inspect(conn, header)
-            elif kind == env.REPLY_TO:
-                self._handle_reply_to(conn, header)
-            else:
-                raise ValueError(f"unknown message kind {kind!r}")
         except Exception as error:
-            # A frame this process cannot take (a malformed header, a wrong layout, an
-            # unknown kind) means the peer does not speak our protocol, or not this
-            # version of it: nothing it sends later can be trusted to line up either.
+            # A frame this process cannot read (not a header, an unknown kind, a wrong
+            # layout) means the peer does not speak our protocol, or not this version of
+            # it: nothing it sends later can be trusted to line up either.
             log.warning(
-                "closing the connection to %s after a frame it could not handle: %s: %s",
+                "closing the connection to %s after a frame it could not read: %s: %s",
                 conn.peer or "a peer",
                 type(error).__name__,
                 error,
-                exc_info=log.isEnabledFor(logging.DEBUG),
             )
             conn.close()
+            return
+        try:
+            self._dispatch(conn, header, parts)
+        except Exception:
+            log.exception("failed to handle a frame of kind %s from %s", header[0], conn.peer)
+
+    def _dispatch(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
+        kind = header[0]
+        if kind == env.REPLY:
+            _, req_id, rank, ok = header
+            handler = self._pending.get(req_id)
+            if handler is not None:
+                if handler.on_reply(rank, ok, parts[1:]):
+                    self._pending.pop(req_id, None)
+            elif self.forward_reply is not None:
+                self.forward_reply(conn, parts)
+        elif kind == env.REPLIES:
+            self._handle_replies(header[1], parts)
+        elif kind == env.CALL:
+            self._handle_call(conn, header, parts)
+        elif kind == env.SPAWN:
+            self._handle_spawn(conn, header, parts)
+        elif kind == env.FAILURE:
+            _, mesh_id, rank, endpoint = header
+            if self.failure_handler is not None:
+                self.failure_handler(mesh_id, rank, endpoint, parts[1])
+        elif kind == env.HELLO:
+            self._handle_hello(conn, header)
+        elif kind == env.STOP_MESH:
+            self._handle_stop_mesh(conn, header)
+        elif kind == env.SHUTDOWN:
+            if conn is self._parent:  # only the owner may end this process
+                self._exit_worker("asked to shut down")
+        elif kind == env.PING:
+            # Answered here, on the loop, so a busy actor thread cannot delay it.
+            conn.send([env.encode_header((env.PONG, header[1]))])
+        elif kind == env.PONG:
+            self._heartbeat_answered(conn.peer)
+        elif kind == env.CANCEL:
+            self._handle_cancel(conn, header)
+        elif kind == env.INSPECT:
+            self._handle_inspect(conn, header)
+        elif kind == env.REPLY_TO:
+            self._handle_reply_to(conn, header)
+        else:
+            handle = self.frame_kinds.get(kind)
+            if handle is None:
+                raise ValueError(f"no handler for frames of kind {kind} in this process")
+            handle(conn, header, parts)
+
+    def _handle_replies(self, replies: list[tuple[int, int, bool, int]], parts: list[Any]) -> None:
+        # Replies a host agent gathered from the workers of its host, in one frame.
+        offset = 1
+        for req_id, rank, ok, count in replies:
+            handler = self._pending.get(req_id)
+            if handler is not None and handler.on_reply(rank, ok, parts[offset : offset + count]):
+                self._pending.pop(req_id, None)
+            offset += count
 
     # -- connection loss ----------------------------------------------------------------
 
@@ -471,22 +530,10 @@ class Runtime(Hosting, Workers):
         if conn is self._parent:
             self._exit_worker("the owner went away")
             return
-        child = self._child_conns.get(conn)
-        if isinstance(child, RemoteProcess):
-            child.connection_lost()  # no exit status crosses hosts: this is its death
+        if self._child_connection_closed(conn, error):
             return
-        if child is not None and child.alive():
-            # The process is exiting: wait for its exit status so the error can say how
-            # it died; if it somehow lives on, fail its calls after a short grace anyway.
-            self.loop.call_later(1.0, self._fail_if_still_pending, conn, child)
-            return
-        if child is None:
-            detail = f": {error}" if error else ""
-            self._fail_connection(conn, f"the connection to {conn.peer} was lost{detail}")
-
-    def _fail_if_still_pending(self, conn: Connection, child: ChildProcess) -> None:
-        if child.alive():
-            self._fail_connection(conn, f"process {child.pid} closed its connection")
+        detail = f": {error}" if error else ""
+        self._fail_connection(conn, f"the connection to {conn.peer} was lost{detail}")
 
     def _fail_connection(self, conn: Connection, reason: str) -> None:
         for req_id, handler in list(self._pending.items()):
@@ -495,10 +542,6 @@ class Runtime(Hosting, Workers):
                     self._pending.pop(req_id, None)
             except Exception:
                 log.exception("a reply handler failed while its connection died")
-
-    # -- worker processes (owner side) --------------------------------------------------
-
-    # -- restarts (owner side) -----------------------------------------------------------
 
     # -- shutdown -----------------------------------------------------------------------
 
@@ -524,14 +567,7 @@ class Runtime(Hosting, Workers):
         """Stop every worker this process started and close the runtime (controller)."""
         if self.closed:
             return
-        children = list(self._children.values())
-        if children and not self.in_loop_thread() and self.loop.is_running():
-            try:
-                self.run_sync(self.stop_processes(children, grace=1.0), timeout=15)
-            except Exception:
-                log.exception("stopping worker processes failed")
-        for child in children:
-            child.signal_group(signal.SIGKILL)
+        self._stop_children()
         self.closed = True
         self.routes.close()
         if self.loop.is_running() and not self.in_loop_thread():

@@ -7,7 +7,7 @@ from ._auth import AuthenticationError, new_secret
 from ._connection import Connection, TransportClosed
 from ._gatekeeper import Gatekeeper, Limits
 from ._steps import Steps, run_blocking
-from ._tcp import TcpListener, connect_tcp, format_tcp, parse_tcp
+from ._tcp import TcpListener, connect_tcp, format_tcp, parse_tcp, route_source
 from ._unix import Listener, connect_unix, is_abstract, private_socket_dir
 
 __all__ = [
@@ -27,7 +27,8 @@ __all__ = [
     "is_tcp",
     "new_secret",
     "parse_tcp",
-    "run_blocking",
     "private_socket_dir",
+    "route_source",
+    "run_blocking",
     "unix_path",
 ]

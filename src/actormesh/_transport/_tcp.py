@@ -18,7 +18,14 @@ from collections.abc import Callable
 from ._auth import AuthenticationError, accept_steps, connect_handshake
 from ._gatekeeper import Gatekeeper, Limits
 
-__all__ = ["HANDSHAKE_TIMEOUT", "TcpListener", "connect_tcp", "format_tcp", "parse_tcp"]
+__all__ = [
+    "HANDSHAKE_TIMEOUT",
+    "TcpListener",
+    "connect_tcp",
+    "format_tcp",
+    "parse_tcp",
+    "route_source",
+]
 
 # Seconds a connector gives a listener to accept and authenticate it.
 HANDSHAKE_TIMEOUT = 10.0
@@ -156,3 +163,16 @@ class TcpListener:
     def close(self) -> None:
         """Stop accepting; safe from any thread and more than once."""
         self.gatekeeper.close()
+
+
+def route_source(address: str) -> str:
+    """The local IP address that traffic to ``address`` (``tcp://host:port``) leaves from.
+
+    That is where peers on the way to ``address`` can reach this host. No packet is sent:
+    connecting a UDP socket only picks the route.
+    """
+    host, port = parse_tcp(address)
+    family, kind, proto, _, target = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.connect(target)
+        return str(probe.getsockname()[0])

@@ -16,7 +16,7 @@ own allocator by implementing the `Allocator` protocol. See docs/multihost.md.
 
 from __future__ import annotations
 
-from .._allocator import Allocator, LocalAllocator, ProcessSpec
+from .._api._allocator import Allocator, LocalAllocator, ProcessSpec
 from ._external import ExternalAllocator
 from ._ray import RayAllocator
 

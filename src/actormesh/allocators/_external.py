@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._allocator import ProcessSpec
-from .._core import ChildProcess, Runtime
+from .._api._allocator import ProcessSpec
+from .._hosts import ChildProcess, Runtime
 from .._transport import parse_tcp
 from ._joining import JoinWait, join_order, set_environment
 

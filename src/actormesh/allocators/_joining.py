@@ -14,10 +14,11 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._core import ChildProcess, Runtime, dumps
+from .._core import dumps
 from .._core._envelope import SHUTDOWN, SPAWN, STOP_MESH, encode_header, error_from_payload
-from .._core._remote import EnvironmentSetup, Joined
 from .._exceptions import ActorDiedError
+from .._hosts import ChildProcess, Runtime
+from .._hosts._remote import EnvironmentSetup, Joined
 from .._transport import Connection, TransportClosed
 
 __all__ = ["JoinWait", "join_order", "set_environment"]

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._allocator import ProcessSpec
-from .._core import ChildProcess, Runtime
+from .._api._allocator import ProcessSpec
+from .._hosts import ChildProcess, Runtime
 from .._transport import format_tcp, parse_tcp
 from ._joining import JoinWait
 from ._ray_host import ProcessHost

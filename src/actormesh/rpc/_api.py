@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from .._core import Runtime
 from .._core._envelope import STOP_MESH
 from .._exceptions import SerializationError
+from .._hosts import Runtime
 from ._agent import Agent
 from ._dist_autograd import Context, Engine, current_context, engine
 from ._errors import RpcTimeoutError

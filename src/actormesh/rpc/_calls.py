@@ -23,7 +23,7 @@ from .._exceptions import MeshStoppedError
 from ._errors import RpcTimeoutError, WorkerDiedError
 
 if TYPE_CHECKING:
-    from .._core import Runtime
+    from .._hosts import Runtime
     from .._transport import Connection
 
 __all__ = ["Call", "Deadlines"]

@@ -18,9 +18,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._core import Runtime, dumps
+from .._core import dumps
 from .._core._envelope import CALL, REPLY
 from .._exceptions import ActorDiedError
+from .._hosts import Runtime
 from ._calls import Call, Deadlines, OnDone
 from ._errors import RpcNotInitialized, WorkerDiedError
 from ._pool import WorkerPool

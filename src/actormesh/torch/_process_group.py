@@ -17,11 +17,11 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from actormesh._context import current_rank
-from actormesh._core import Runtime
-from actormesh._future import Future
-from actormesh._proc_mesh import _from_concurrent
-from actormesh._system import ActorHost, run_in_actors
+from actormesh._api._context import current_rank
+from actormesh._api._future import Future
+from actormesh._api._proc_mesh import _from_concurrent
+from actormesh._api._system import ActorHost, run_in_actors
+from actormesh._hosts import Runtime
 
 __all__ = ["destroy_process_group", "setup_process_group"]
 

@@ -18,12 +18,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from actormesh._context import current_rank
-from actormesh._core import Runtime
-from actormesh._future import Future
-from actormesh._proc_mesh import _from_concurrent
+from actormesh._api._context import current_rank
+from actormesh._api._future import Future
+from actormesh._api._proc_mesh import _from_concurrent
+from actormesh._api._system import ActorHost, run_in_actors
+from actormesh._hosts import Runtime
 from actormesh._shape import Point, ValueMesh
-from actormesh._system import ActorHost, run_in_actors
 
 if TYPE_CHECKING:
     import torch

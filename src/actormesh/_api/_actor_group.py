@@ -13,15 +13,15 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from .._hosts import Runtime
+from .._shape import Point, Shape
 from ._actor import Actor
 from ._choose import WhenFull, check_limits
-from ._core import Runtime
 from ._future import Future
 from ._mesh_state import MeshState
 from ._placement import Placement, pin, plan, resources_from, visible_gpus
 from ._proc_mesh import _from_concurrent, proc_mesh
 from ._routing import ChoosePolicy, policy_from
-from ._shape import Point, Shape
 
 __all__ = ["actor_mesh"]
 

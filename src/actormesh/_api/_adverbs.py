@@ -17,21 +17,22 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .._core import dumps_arguments, loads
+from .._core._envelope import CALL, CANCEL, error_from_payload
+from .._core._limits import check_message_size
+from .._exceptions import ActorDiedError, ActorError, CallTimeoutError, MeshStoppedError
+from .._hosts import Runtime
+from .._shape import Point, ValueMesh
 from ._actor import point_of
 from ._choose import WhenFull, check_limits, keyed, submit
-from ._core import Runtime, dumps_arguments, loads
-from ._core._envelope import CALL, CANCEL, error_from_payload
-from ._core._limits import check_message_size
-from ._exceptions import ActorDiedError, ActorError, CallTimeoutError, MeshStoppedError
 from ._future import Future, resolved
-from ._shape import Point, ValueMesh
 from ._sharding import CallbackDispatch, as_dispatch
 from ._timeouts import INSPECT_WAIT, Inspection, timeout_error
 
 if TYPE_CHECKING:
+    from .._transport import Connection
     from ._actor_mesh import ActorMesh
     from ._endpoint import Endpoint
-    from ._transport import Connection
 
 __all__ = ["Adverbs", "ResultStream"]
 
@@ -87,9 +88,12 @@ class _Request:
                 try:
                     conn = runtime.connection(path)
                 except ActorDiedError as error:
+                    # Outstanding until failed (on the loop, soon): the replies of the
+                    # other ranks must not complete the request without it.
                     unreachable.append((ranks, error.reason))
-                    continue
-                ready.append((path, conn, ranks, parts))
+                    conn = None
+                else:
+                    ready.append((path, conn, ranks, parts))
             for rank in ranks:
                 self.outstanding[rank] = conn
                 self.started[rank] = self._start(rank)

@@ -41,10 +41,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .._core._envelope import error_from_payload, error_payload
+from .._exceptions import ActorDiedError, SupervisionError
+from .._hosts import ChildProcess, Runtime
 from ._context import current_actor
-from ._core import ChildProcess, Runtime
-from ._core._envelope import error_from_payload, error_payload
-from ._exceptions import ActorDiedError, SupervisionError
 from ._mesh_state import Failure, MeshState, all_states
 
 __all__ = ["Failure", "adopt", "install", "report", "set_failure_hook"]

@@ -18,13 +18,12 @@ import contextlib
 import contextvars
 import logging
 import os
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._transport import Connection, parse_tcp
-from ._mailbox import EndpointKind
+from .._core._mailbox import EndpointKind
+from .._transport import Connection
 from ._process import ChildProcess
 
 __all__ = [
@@ -32,7 +31,6 @@ __all__ = [
     "Joined",
     "Joins",
     "RemoteProcess",
-    "route_source",
 ]
 
 log = logging.getLogger("actormesh.remote")
@@ -214,16 +212,3 @@ class EnvironmentSetup:
             return _Placeholder()
 
         return factory, "environment", {}
-
-
-def route_source(address: str) -> str:
-    """The local IP address that traffic to ``address`` (``tcp://host:port``) leaves from.
-
-    That is where peers on the way to ``address`` can reach this host. No packet is sent:
-    connecting a UDP socket only picks the route.
-    """
-    host, port = parse_tcp(address)
-    family, kind, proto, _, target = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.connect(target)
-        return str(probe.getsockname()[0])

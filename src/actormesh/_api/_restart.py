@@ -30,10 +30,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._core import dumps
+from .._core._envelope import SPAWN
+from .._exceptions import ActorDiedError
+from .._hosts import ChildProcess, Runtime
 from ._adverbs import _Request
-from ._core import ChildProcess, Runtime, dumps
-from ._core._envelope import SPAWN
-from ._exceptions import ActorDiedError
 from ._future import Future
 from ._mesh_state import Failure, all_states
 from ._supervision import report

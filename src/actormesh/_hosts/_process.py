@@ -54,6 +54,8 @@ class ChildProcess:
         self.key = key
         self.rank = rank
         self.listen_path = listen_path
+        # Where other processes reach it: its Unix socket, or the TCP address it advertises.
+        self.address = listen_path
         self.popen = popen
         self.pid = popen.pid
         self.stopping = False  # set when the owner asks it to exit: its death is expected

@@ -15,19 +15,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._core import EndpointKind
+from .._exceptions import EndpointNotFoundError
+from .._hosts._output import CURRENT_PREFIX
+from .._shape import Point
 from ._context import ActorIdentity, set_current_actor
-from ._core import EndpointKind
-from ._core._output import CURRENT_PREFIX
 from ._endpoint import Endpoint, EndpointOptions
-from ._exceptions import EndpointNotFoundError
-from ._shape import Point
 
 if TYPE_CHECKING:
     from typing import Self
 
+    from .._shape import Shape
     from ._future import Future
     from ._routing import ChoosePolicy
-    from ._shape import Shape
 
 __all__ = ["Actor", "SpawnSpec", "endpoint_table", "missing_endpoint", "point_of"]
 

@@ -16,13 +16,14 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._core import Runtime, loads
-from ._core._envelope import INSPECT
-from ._core._inspect import explain
-from ._exceptions import ActorDiedError, CallTimeoutError
+from .._core import loads
+from .._core._envelope import INSPECT
+from .._core._inspect import explain
+from .._exceptions import ActorDiedError, CallTimeoutError
+from .._hosts import Runtime
 
 if TYPE_CHECKING:
-    from ._transport import Connection
+    from .._transport import Connection
 
 __all__ = ["INSPECT_WAIT", "Inspection", "timeout_error"]
 

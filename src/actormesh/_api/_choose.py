@@ -22,8 +22,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._core import Runtime
-from ._exceptions import ActorDiedError, CallTimeoutError, MeshBusyError
+from .._exceptions import ActorDiedError, CallTimeoutError, MeshBusyError
+from .._hosts import Runtime
 from ._future import Future
 from ._routing import (
     Affinity,

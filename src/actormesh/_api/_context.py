@@ -11,8 +11,8 @@ import contextvars
 from dataclasses import dataclass
 from typing import Any
 
-from ._core._mailbox import CURRENT_MESSAGE
-from ._shape import Point
+from .._core._mailbox import CURRENT_MESSAGE
+from .._shape import Point
 
 __all__ = ["ActorIdentity", "cancelled", "current_actor", "current_rank", "current_size"]
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from .._core import EndpointKind
+from .._shape import ValueMesh
 from ._actor import SYSTEM_ENDPOINT
-from ._core import EndpointKind
 from ._endpoint import Endpoint, EndpointOptions
 from ._future import Future
-from ._shape import ValueMesh
 
 __all__ = ["ActorHost", "run_in_actors"]
 

@@ -13,10 +13,10 @@ import threading
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._exceptions import CallTimeoutError
+from .._exceptions import CallTimeoutError
 
 if TYPE_CHECKING:
-    from ._core._reply_routes import ReplyRoute
+    from .._core._reply_routes import ReplyRoute
 
 __all__ = ["Future"]
 

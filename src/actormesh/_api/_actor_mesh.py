@@ -12,20 +12,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
+from .._core._envelope import STOP_MESH
+from .._exceptions import ActorDiedError
+from .._hosts import Runtime
+from .._shape import Point, Shape, Shaped
 from ._actor import missing_endpoint
 from ._adverbs import Adverbs
 from ._choose import ChooseSettings, WhenFull
-from ._core import Runtime
-from ._core._envelope import STOP_MESH
 from ._endpoint import Endpoint, EndpointOptions
-from ._exceptions import ActorDiedError
 from ._future import Future
 from ._mesh_state import MeshState, state_of
 from ._routing import Affinity, ChoosePolicy, policy_from
-from ._shape import Point, Shape, Shaped
 
 if TYPE_CHECKING:
-    from ._transport import Connection
+    from .._transport import Connection
 
 __all__ = ["ActorMesh", "MeshRef"]
 

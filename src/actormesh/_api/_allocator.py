@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from ._core import ChildProcess, Runtime
-from ._shape import Point
+from .._hosts import ChildProcess, Runtime
+from .._shape import Point
 
 __all__ = ["Allocator", "LocalAllocator", "ProcessSpec"]
 

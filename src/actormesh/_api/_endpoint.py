@@ -15,13 +15,13 @@ from collections.abc import Callable, Coroutine, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
-from ._core import EndpointKind
+from .._core import EndpointKind
 from ._signature import Arity
 
 if TYPE_CHECKING:
+    from .._shape import ValueMesh
     from ._adverbs import ResultStream
     from ._future import Future
-    from ._shape import ValueMesh
 
 __all__ = ["Endpoint", "EndpointOptions", "endpoint"]
 

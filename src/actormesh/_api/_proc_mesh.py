@@ -14,17 +14,18 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, TypeVar
 
+from .._core import dumps
+from .._core._envelope import SPAWN
+from .._exceptions import MeshStoppedError
+from .._hosts import ChildProcess, Runtime
+from .._shape import Point, Shape, Shaped, ValueMesh
 from . import _restart, _supervision
 from ._actor import Actor, SpawnSpec, endpoint_table
 from ._actor_mesh import ActorMesh, MeshRef
 from ._adverbs import _Gather
 from ._allocator import Allocator, LocalAllocator, ProcessSpec
-from ._core import ChildProcess, Runtime, dumps
-from ._core._envelope import SPAWN
-from ._exceptions import MeshStoppedError
 from ._future import Future
 from ._mesh_state import all_states
-from ._shape import Point, Shape, Shaped, ValueMesh
 
 __all__ = ["ProcMesh", "proc_mesh"]
 

@@ -1,8 +1,11 @@
-"""Worker processes this one owns: starting, joining, watching, relaunching, stopping.
+"""``Runtime``: the per-process runtime of layer 2, plus the worker processes it owns.
 
-A mixin of ``Runtime`` (owner side). Workers say HELLO when connected; their deaths are
-seen through pidfds (local) or connection loss (remote), reported to pending calls and to
-``exit_listeners``; a heartbeat monitor finds workers that are alive but frozen.
+Every process runs one (``Runtime.get()`` in a controller, ``Runtime.start_worker`` in a
+worker). On top of the core runtime's connections, requests and hosted actors, this one
+starts worker processes, or adopts processes that join over TCP, and watches them: workers
+say HELLO when connected; their deaths are seen through pidfds (local) or connection loss
+(remote), reported to pending calls and to ``exit_listeners``; a heartbeat monitor finds
+workers that are alive but frozen; a dead worker may be relaunched in place.
 """
 
 from __future__ import annotations
@@ -12,49 +15,79 @@ import contextlib
 import logging
 import os
 import signal
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._config import Config
+from .._core import CoreRuntime
+from .._core import _envelope as env
+from .._core._deferral import Deferrals, Resume
 from .._exceptions import ActorDiedError
 from .._transport import Connection, TransportClosed, is_abstract, is_tcp
-from . import _envelope as env
-from ._deferral import Deferrals, Resume
 from ._heartbeat import HeartbeatMonitor
 from ._output import PipeForwarder
 from ._process import ChildProcess, describe_exit, launch
 from ._reaper import kill_tagged
 from ._remote import Joined, Joins, RemoteProcess
 
-__all__ = ["Workers"]
+__all__ = ["Runtime"]
 
 log = logging.getLogger("actormesh.runtime")
 
 
-class Workers:
-    """Processes started or adopted by this one (mixed into ``Runtime``)."""
+class Runtime(CoreRuntime):
+    """This process' runtime, owner of the processes it started or adopted."""
 
-    config: Config
-    loop: asyncio.AbstractEventLoop
-    socket_dir: str
-    listen_path: str
-    secret: str
-    joins: Joins
-    _conns: dict[str, Connection]
-    _conns_lock: threading.Lock
-    _dead_paths: dict[str, str]
-    _children: dict[str, ChildProcess]
-    _child_conns: dict[Connection, ChildProcess]
-    _forwarders: dict[str, list[PipeForwarder]]
-    _hello: dict[str, asyncio.Future[None]]
-    _heartbeat: HeartbeatMonitor | None
-    _deferrals: Deferrals
-    exit_listeners: list[Callable[[ChildProcess, str], None]]
-    relaunch_policy: Callable[[ChildProcess], bool] | None
+    def __init__(self, config: Config, loop: asyncio.AbstractEventLoop, key: str) -> None:
+        super().__init__(config, loop, key)
+        self._children: dict[str, ChildProcess] = {}
+        self._child_conns: dict[Connection, ChildProcess] = {}
+        self._forwarders: dict[str, list[PipeForwarder]] = {}
+        self._hello: dict[str, asyncio.Future[None]] = {}
+        self._heartbeat: HeartbeatMonitor | None = None
+        self.exit_listeners: list[Callable[[ChildProcess, str], None]] = []
+        # Asked first when a worker dies: True when it will be restarted at the same path
+        # (then calls to it wait for the new process, see relaunching / when_back).
+        self.relaunch_policy: Callable[[ChildProcess], bool] | None = None
+        self._deferrals = Deferrals()
+        self.joins = Joins()  # who waits for processes that dial in over TCP
 
-    def _fail_connection(self, conn: Connection, reason: str) -> None:
-        raise NotImplementedError
+    # -- the core runtime's hooks ---------------------------------------------------------
+
+    def _heartbeat_answered(self, peer: str) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.answered(peer)
+
+    def _owns_processes(self) -> bool:
+        return bool(self._children)
+
+    def _child_connection_closed(self, conn: Connection, error: BaseException | None) -> bool:
+        child = self._child_conns.get(conn)
+        if child is None:
+            return False
+        if isinstance(child, RemoteProcess):
+            child.connection_lost()  # no exit status crosses hosts: this is its death
+        elif child.alive():
+            # The process is exiting: wait for its exit status so the error can say how
+            # it died; if it somehow lives on, fail its calls after a short grace anyway.
+            self.loop.call_later(1.0, self._fail_if_still_pending, conn, child)
+        return True
+
+    def _fail_if_still_pending(self, conn: Connection, child: ChildProcess) -> None:
+        if child.alive():
+            self._fail_connection(conn, f"process {child.pid} closed its connection")
+
+    def _stop_children(self) -> None:
+        children = list(self._children.values())
+        if children and not self.in_loop_thread() and self.loop.is_running():
+            try:
+                self.run_sync(self.stop_processes(children, grace=1.0), timeout=15)
+            except Exception:
+                log.exception("stopping worker processes failed")
+        for child in children:
+            child.signal_group(signal.SIGKILL)
+
+    # -- worker processes -----------------------------------------------------------------
 
     async def start_processes(
         self, specs: Sequence[tuple[str, int, dict[str, str]]]
@@ -113,16 +146,22 @@ class Workers:
         return children
 
     def _handle_hello(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, path, pid, key, *info = header
+        _, address, pid, key, *rest = header
+        info = rest[0] if rest else {}
+        # A worker started here is known by its Unix socket, whatever it advertises.
+        path = info.get("unix", address) if isinstance(info, dict) else address
         child = self._children.get(path)
-        if child is None and is_tcp(path):
+        if child is None and is_tcp(address):
             # A process this one did not start dialled in: whoever waits for it adopts it.
-            self.joins.offer(Joined(conn, path, pid, key, info[0] if info else {}))
+            self.joins.offer(Joined(conn, address, pid, key, info))
             return
         with self._conns_lock:
             self._conns[path] = conn
+            if address != path:
+                self._conns[address] = conn
         conn.peer = path
         if child is not None:
+            child.address = address
             self._child_conns[conn] = child
             self._monitor().track(child)
         waiter = self._hello.get(path)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._exceptions import MeshStoppedError, SupervisionError
+from .._exceptions import MeshStoppedError, SupervisionError
 
 __all__ = ["DEATHS", "Failure", "MeshState", "all_states", "state_of"]
 

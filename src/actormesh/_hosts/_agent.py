@@ -1,0 +1,250 @@
+"""The host agent: one small long-lived process per host that owns the host's workers.
+
+An owner (the controller) reaches a remote host through its agent:
+
+- **processes**: the owner asks for workers (``HOST spawn``); the agent starts them here,
+  watches them (pidfds, heartbeats), relaunches one in place when asked (same rank, same
+  TCP port), signals them, and tells the owner when one exits (``EVENT exited``) with
+  how it died. When the owner goes away, the agent and everything it started end;
+- **traffic**: every frame from the owner to a worker of this host comes through the
+  agent (``RELAY`` for one worker, ``CAST`` for many at the price of one frame), over one
+  authenticated connection, and leaves on the worker's Unix socket; the order of one
+  sender's frames to one worker is kept because there is one path. Replies travel back
+  the same way; those of a ``call`` are gathered per host into one ``REPLIES`` frame.
+  Actors call each other directly, by TCP, never through agents;
+- **output**: the workers' stdout and stderr reach the owner's streams (``EVENT output``),
+  each line already prefixed by the worker with its actor's mesh and coordinates.
+
+The agent is an actormesh process like a worker (``_lifetime``) that hosts no actors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._core import _envelope as env
+from .._core import dumps, loads
+from .._transport import Connection, TransportClosed
+from ._process import ChildProcess
+from ._runtime import Runtime
+
+__all__ = ["Agent", "HostInfo", "WorkerSpec"]
+
+log = logging.getLogger("actormesh.hosts")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One worker an owner asks a host agent for.
+
+    Attributes:
+        key: its unique name in the job.
+        rank: its rank in its process mesh.
+        env: the environment it needs beyond the agent's own.
+    """
+
+    key: str
+    rank: int
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """What an agent says of its host when it joins (sent back to the owner)."""
+
+    hostname: str
+    address: str  # the IP other hosts reach this one at (where its workers listen)
+    cpus: int
+
+
+@dataclass
+class _Batch:
+    """The replies of one gathered ``CAST`` from this host's workers, sent as one frame."""
+
+    upstream: Connection
+    waiting: dict[str, int]  # worker address -> ranks still to answer there
+    replies: list[tuple[int, int, bool, int]] = field(default_factory=list)
+    parts: list[Any] = field(default_factory=list)
+
+
+class _OwnerStream(io.TextIOBase):
+    """A text stream whose writes become ``EVENT output`` frames to the owner."""
+
+    def __init__(self, agent: Agent, name: str) -> None:
+        self._agent = agent
+        self._name = name
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._agent.output(self._name, text)
+        return len(text)
+
+
+class Agent:
+    """The service a host agent process runs on its runtime (see the module docstring).
+
+    Args:
+        runtime: the agent process' runtime, joined to its owner.
+        advertise: the IP this host's workers listen on for other hosts.
+    """
+
+    def __init__(self, runtime: Runtime, advertise: str) -> None:
+        self.runtime = runtime
+        self.advertise = advertise
+        self._owner = runtime.parent
+        # Workers by the address the owner knows them by (their TCP address).
+        self._workers: dict[str, ChildProcess] = {}
+        self._batches: dict[int, _Batch] = {}
+        runtime.frame_kinds[env.HOST] = self._host
+        runtime.frame_kinds[env.RELAY] = self._relay
+        runtime.frame_kinds[env.CAST] = self._cast
+        runtime.forward_reply = self._reply_from_worker
+        runtime.failure_handler = self._failure_from_worker
+        runtime.exit_listeners.append(self._worker_exited)
+        # Output the workers' pipes carry goes to the owner (PipeForwarder writes to sys).
+        sys.stdout = _OwnerStream(self, "stdout")
+        sys.stderr = _OwnerStream(self, "stderr")
+
+    # -- the owner's requests ---------------------------------------------------------------
+
+    def _host(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
+        _, req_id, op = header
+        args = loads(parts[1], parts[2:])
+        if op == "spawn":
+            self.runtime.loop.create_task(self._answer(conn, req_id, self._spawn(*args)))
+        elif op == "relaunch":
+            self.runtime.loop.create_task(self._answer(conn, req_id, self._relaunch(*args)))
+        elif op == "signal":
+            self._signal(*args)
+        else:
+            raise ValueError(f"unknown host operation {op!r}")
+
+    async def _answer(self, conn: Connection, req_id: int, work: Any) -> None:
+        try:
+            value = await work
+        except Exception as error:
+            payload = env.error_payload(error, mesh="host", point={}, endpoint="host")
+            reply = [env.encode_header((env.REPLY, req_id, -1, False)), payload]
+        else:
+            reply = [env.encode_header((env.REPLY, req_id, -1, True)), dumps(value)[0]]
+        with contextlib.suppress(TransportClosed):
+            conn.send(reply)
+
+    async def _spawn(self, specs: Sequence[WorkerSpec]) -> list[tuple[str, int]]:
+        """Start the workers and wait until each joined; ``(address, pid)`` of each."""
+        children = await self.runtime.start_processes(
+            [(s.key, s.rank, {**s.env, "ACTORMESH_ADVERTISE": self.advertise}) for s in specs]
+        )
+        for child in children:
+            self._workers[child.address] = child
+        return [(child.address, child.pid) for child in children]
+
+    async def _relaunch(self, address: str) -> int:
+        """Start a new worker in the place of the dead one at ``address``; its pid."""
+        old = self._workers[address]
+        port = address.rsplit(":", 1)[1]
+        old.env["ACTORMESH_PORT"] = port  # the new one takes the same TCP port
+        new = await self.runtime.relaunch(old)
+        self._workers[new.address] = new
+        if new.address != address:
+            raise RuntimeError(f"the restarted worker listens at {new.address}, not {address}")
+        return new.pid
+
+    def _signal(self, address: str, sig: int) -> None:
+        child = self._workers.get(address)
+        if child is not None and child.alive():
+            child.signal_group(signal.Signals(sig))
+
+    # -- traffic ----------------------------------------------------------------------------
+
+    def _relay(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
+        self._to_worker(header[1], parts[1:])
+
+    def _cast(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
+        _, gather, targets = header
+        shared = parts[1:]
+        if gather:
+            waiting = {address: len(ranks) for address, ranks, _ in targets}
+            self._batches[gather] = _Batch(conn, waiting)
+        for address, _, inner in targets:
+            self._to_worker(address, [inner, *shared])
+
+    def _to_worker(self, address: str, parts: list[Any]) -> None:
+        worker = self._workers.get(address)
+        target = None if worker is None else self.runtime.known_connection(worker.listen_path)
+        if target is None:
+            # Gone (its exit is on its way to the owner, who fails the call then).
+            log.debug("dropping a frame for %s: no such worker here now", address)
+            return
+        with contextlib.suppress(TransportClosed):
+            target.send(parts)
+
+    def _reply_from_worker(self, conn: Connection, parts: list[memoryview]) -> None:
+        header = env.decode_header(parts[0])
+        req_id, rank, ok = header[1], header[2], header[3]
+        batch = self._batches.get(req_id)
+        if batch is None:
+            with contextlib.suppress(TransportClosed):
+                self._owner.send(parts)
+            return
+        batch.replies.append((req_id, rank, ok, len(parts) - 1))
+        batch.parts.extend(parts[1:])
+        address = self._address_of(conn)
+        if address in batch.waiting:
+            batch.waiting[address] -= 1
+            if batch.waiting[address] <= 0:
+                del batch.waiting[address]
+        if not batch.waiting:
+            self._flush(req_id)
+
+    def _flush(self, req_id: int) -> None:
+        batch = self._batches.pop(req_id)
+        if batch.replies:
+            header = env.encode_header((env.REPLIES, batch.replies))
+            with contextlib.suppress(TransportClosed):
+                batch.upstream.send([header, *batch.parts])
+
+    def _address_of(self, conn: Connection) -> str | None:
+        for address, worker in self._workers.items():
+            if self.runtime.known_connection(worker.listen_path) is conn:
+                return address
+        return None
+
+    def _failure_from_worker(self, mesh_id: str, rank: int, endpoint: str, payload: Any) -> None:
+        header = env.encode_header((env.FAILURE, mesh_id, rank, endpoint))
+        with contextlib.suppress(TransportClosed):
+            self._owner.send([header, payload])
+
+    # -- events for the owner ---------------------------------------------------------------
+
+    def _worker_exited(self, child: ChildProcess, reason: str) -> None:
+        # Batches waiting on it go out with what they have: the owner fails its ranks.
+        for req_id, batch in list(self._batches.items()):
+            if batch.waiting.pop(child.address, None) is not None and not batch.waiting:
+                self._flush(req_id)
+        self._event("exited", child.address, {"reason": reason, "code": child.returncode})
+
+    def output(self, stream: str, text: str) -> None:
+        """Send output of this host's workers to the owner's ``stream``."""
+        self._event("output", "", {"stream": stream, "text": text})
+
+    def _event(self, what: str, address: str, details: dict[str, Any]) -> None:
+        header = env.encode_header((env.EVENT, what, address))
+        with contextlib.suppress(TransportClosed):
+            self._owner.send([header, dumps(details)[0]])
+
+
+def host_info(advertise: str) -> HostInfo:
+    """This host, as its agent introduces it."""
+    return HostInfo(socket.gethostname(), advertise, os.cpu_count() or 1)
