@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from ._api._endpoint import Endpoint as Endpoint
     from ._api._endpoint import endpoint as endpoint
     from ._api._future import Future as Future
+    from ._api._host_mesh import HostMesh as HostMesh
+    from ._api._host_mesh import host_mesh as host_mesh
+    from ._api._host_mesh import this_host as this_host
+    from ._api._host_mesh import this_proc as this_proc
     from ._api._mesh_state import Failure as Failure
     from ._api._proc_mesh import ProcMesh as ProcMesh
     from ._api._proc_mesh import proc_mesh as proc_mesh
@@ -72,6 +76,7 @@ __all__ = [
     "EndpointNotFoundError",
     "Failure",
     "Future",
+    "HostMesh",
     "LeastLoaded",
     "MeshBusyError",
     "MeshStoppedError",
@@ -92,9 +97,12 @@ __all__ = [
     "current_rank",
     "current_size",
     "endpoint",
+    "host_mesh",
     "proc_mesh",
     "set_failure_hook",
     "split_along",
+    "this_host",
+    "this_proc",
 ]
 
 logging.getLogger("actormesh").addHandler(logging.NullHandler())
@@ -118,6 +126,7 @@ _WHERE: dict[str, str] = {
     "EndpointNotFoundError": "._exceptions",
     "Failure": "._api._mesh_state",
     "Future": "._api._future",
+    "HostMesh": "._api._host_mesh",
     "LeastLoaded": "._api._routing",
     "MeshBusyError": "._exceptions",
     "MeshStoppedError": "._exceptions",
@@ -138,9 +147,12 @@ _WHERE: dict[str, str] = {
     "current_rank": "._api._context",
     "current_size": "._api._context",
     "endpoint": "._api._endpoint",
+    "host_mesh": "._api._host_mesh",
     "proc_mesh": "._api._proc_mesh",
     "set_failure_hook": "._api._supervision",
     "split_along": "._api._sharding",
+    "this_host": "._api._host_mesh",
+    "this_proc": "._api._host_mesh",
 }
 
 

@@ -1,13 +1,17 @@
-"""The ``actormesh`` command: ``actormesh worker --join HOST:PORT`` joins a controller.
+"""The ``actormesh`` command: processes that join a controller from other hosts.
 
-A cluster launcher runs it on every node (``srun actormesh worker --join head:29600``,
-``torchrun ... -m actormesh._cli worker --join ...``); the controller's
-``proc_mesh(..., allocator=ExternalAllocator(listen=...))`` waits for the processes and
-gives them their ranks. The job's secret comes from ``ACTORMESH_SECRET`` or
-``--secret-file``; without it no connection is made.
+- ``actormesh host --join HOST:PORT``: this host's agent. A cluster launcher runs one per
+  node (``srun --ntasks-per-node=1 actormesh host --join head:29600``); the controller's
+  ``host_mesh(hosts=N, allocator=ExternalAllocator(listen=...))`` waits for them, and
+  ``spawn_procs`` then asks each for its processes.
+- ``actormesh worker --join HOST:PORT``: one worker process (``srun actormesh worker
+  --join head:29600``, ``torchrun ... -m actormesh._cli worker --join ...``); the
+  controller's ``proc_mesh(..., allocator=ExternalAllocator(listen=...))`` waits for the
+  processes and gives them their ranks.
 
-The worker keeps trying to reach the controller for ``--wait`` seconds (it may start
-first), then serves its actors until the controller stops the mesh or goes away.
+The job's secret comes from ``ACTORMESH_SECRET`` or ``--secret-file``; without it no
+connection is made. Both keep trying to reach the controller for ``--wait`` seconds (it
+may start first), then serve until the controller lets them go or goes away.
 """
 
 from __future__ import annotations
@@ -37,12 +41,25 @@ def _parser() -> argparse.ArgumentParser:
         help="run a worker process that joins a controller",
         description="Join the controller listening at HOST:PORT and serve its actors.",
     )
-    worker.add_argument("--join", required=True, metavar="HOST:PORT", help="the controller")
-    worker.add_argument(
-        "--secret-file",
-        type=Path,
-        help="file holding the job's secret (default: the ACTORMESH_SECRET variable)",
+    host = commands.add_parser(
+        "host",
+        help="run this host's agent, which joins a controller",
+        description="Join the controller listening at HOST:PORT as this host's agent.",
     )
+    for command in (worker, host):
+        command.add_argument("--join", required=True, metavar="HOST:PORT", help="the controller")
+        command.add_argument(
+            "--secret-file",
+            type=Path,
+            help="file holding the job's secret (default: the ACTORMESH_SECRET variable)",
+        )
+        command.add_argument(
+            "--wait",
+            type=float,
+            default=60.0,
+            metavar="SECONDS",
+            help="how long to keep trying to reach the controller (default: 60)",
+        )
     worker.add_argument(
         "--rank",
         type=int,
@@ -58,13 +75,6 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--listen-host",
         help="interface to accept peers on (default: the one that reaches the controller)",
-    )
-    worker.add_argument(
-        "--wait",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="how long to keep trying to reach the controller (default: 60)",
     )
     return parser
 
@@ -93,16 +103,17 @@ def _reach(host: str, port: int, secret: str, wait: float) -> None:
         time.sleep(_RETRY_INTERVAL)
 
 
-def _worker(args: argparse.Namespace) -> int:
+def _reach_controller(args: argparse.Namespace) -> tuple[str, int] | int:
+    """``(host, port)`` of the controller once it accepted our secret, or an exit status."""
     # Flags become settings the way every setting arrives: through Config's variables.
     if args.secret_file is not None:
         os.environ["ACTORMESH_SECRET"] = args.secret_file.read_text().strip()
-    if args.listen_host:
+    if getattr(args, "listen_host", None):
         os.environ["ACTORMESH_LISTEN_HOST"] = args.listen_host
     config = Config.from_env()
     if not config.secret:
         print(
-            "actormesh worker: no secret; set ACTORMESH_SECRET or pass --secret-file",
+            f"actormesh {args.command}: no secret; set ACTORMESH_SECRET or pass --secret-file",
             file=sys.stderr,
         )
         return 2
@@ -110,8 +121,27 @@ def _worker(args: argparse.Namespace) -> int:
         host, port = parse_tcp(args.join)
         _reach(host, port, config.secret, args.wait)
     except (ValueError, OSError) as error:
-        print(f"actormesh worker: cannot join {args.join}: {error}", file=sys.stderr)
+        print(f"actormesh {args.command}: cannot join {args.join}: {error}", file=sys.stderr)
         return 2 if isinstance(error, ValueError | AuthenticationError) else 1
+    return host, port
+
+
+def _host(args: argparse.Namespace) -> int:
+    reached = _reach_controller(args)
+    if isinstance(reached, int):
+        return reached
+    from ._hosts._agent import serve_agent
+
+    key = f"agent-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    serve_agent(key, format_tcp(*reached), own_group=False)
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    reached = _reach_controller(args)
+    if isinstance(reached, int):
+        return reached
+    host, port = reached
     hostname = socket.gethostname()
     key = f"join-{hostname}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     info = {"host": hostname, "rank": args.rank, "local_rank": args.local_rank}
@@ -131,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "worker":
         return _worker(args)
+    if args.command == "host":
+        return _host(args)
     raise AssertionError(f"unknown command {args.command!r}")  # argparse refuses it first
 
 

@@ -44,6 +44,9 @@ class _Request:
 
     # Whether replies may come back on the caller's own event loop (see _reply_routes).
     routed = True
+    # Whether a host agent may hold its workers' replies and send them as one (the caller
+    # waits for all of them anyway).
+    gathers = False
 
     def __init__(self, mesh: ActorMesh[Any], endpoint: str, ranks: tuple[int, ...]) -> None:
         self.runtime = Runtime.get()
@@ -99,12 +102,11 @@ class _Request:
                 self.started[rank] = self._start(rank)
         self.req_id = runtime.register(self)
         route = self.route
-        for path, conn, ranks, parts in ready:
-            token = route.token_for(path) if route is not None else None
-            try:
-                runtime.send(conn, self._header(ranks, token), parts)
-            except ActorDiedError as error:
-                unreachable.append((ranks, error.reason))
+        outgoing = [
+            (conn, ranks, self._header(ranks, route.token_for(path) if route else None), parts)
+            for path, conn, ranks, parts in ready
+        ]
+        unreachable.extend(runtime.send_frames(outgoing, self.req_id if self.gathers else 0))
         for path, ranks, parts in held:
             self._hold(path, ranks, parts)
         for ranks, reason in unreachable:
@@ -337,6 +339,8 @@ class _Request:
 
 class _Gather(_Request):
     """``call``: a ValueMesh of every rank's value; the first endpoint error fails it."""
+
+    gathers = True
 
     def __init__(
         self,
@@ -587,6 +591,7 @@ class Adverbs:
         parts = self._prepare(ep, args, kwargs)
         runtime, mesh_id = Runtime.get(), self.mesh._ref.mesh_id
         dead: dict[int, str] = {}
+        outgoing = []
         for path, ranks in self.mesh._routes():
             header = (CALL, 0, mesh_id, ranks, ep.name)
             if runtime.relaunching(path):
@@ -594,9 +599,11 @@ class Adverbs:
                 if runtime.when_back(path, later):
                     continue  # goes out when the restarted process is ready
             try:
-                runtime.send(runtime.connection(path), header, parts)
+                outgoing.append((runtime.connection(path), ranks, header, parts))
             except ActorDiedError as error:
                 dead.update(dict.fromkeys(ranks, error.reason))
+        for ranks, reason in runtime.send_frames(outgoing):
+            dead.update(dict.fromkeys(ranks, reason))
         if dead:
             # The live ranks got it; say which did not rather than drop it silently.
             ranks = tuple(sorted(dead))

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, TypeVar
 
 from .._core import dumps
-from .._core._envelope import SPAWN
+from .._core._envelope import SPAWN, STOP_MESH
 from .._exceptions import MeshStoppedError
 from .._hosts import ChildProcess, Runtime
+from .._hosts._remote import Status
 from .._shape import Point, Shape, Shaped, ValueMesh
 from . import _restart, _supervision
 from ._actor import Actor, SpawnSpec, endpoint_table
@@ -27,7 +29,7 @@ from ._allocator import Allocator, LocalAllocator, ProcessSpec
 from ._future import Future
 from ._mesh_state import all_states
 
-__all__ = ["ProcMesh", "proc_mesh"]
+__all__ = ["ProcMesh", "managed", "own_process", "proc_mesh", "process_specs"]
 
 T = TypeVar("T")
 
@@ -206,29 +208,92 @@ def proc_mesh(
         mesh_shape = Shape.of(shape)
     runtime = Runtime.get()
     _supervision.install(runtime)
+    specs = process_specs(mesh_shape, name, env)
+
+    async def start() -> ProcMesh:
+        children = await allocator.start(runtime, specs)
+        return managed(runtime, name, children, allocator, mesh_shape, policy)
+
+    return _from_concurrent(runtime, runtime.submit(start()))
+
+
+def process_specs(
+    shape: Shape,
+    name: str,
+    env: Mapping[str, str] | Callable[[Point], Mapping[str, str]] | None = None,
+) -> list[ProcessSpec]:
+    """One spec per point of ``shape``, with the environment every worker of it sees."""
     specs = []
-    for index in range(len(mesh_shape)):
-        point = mesh_shape.point(index)
+    for index in range(len(shape)):
+        point = shape.point(index)
         process_env = {
             **(env(point) if callable(env) else env or {}),
             "ACTORMESH_RANK": str(index),
             "ACTORMESH_COORDS": json.dumps(dict(point)),
-            "ACTORMESH_WORLD_SIZE": str(len(mesh_shape)),
+            "ACTORMESH_WORLD_SIZE": str(len(shape)),
             "ACTORMESH_PROC_MESH": name,
         }
         specs.append(
             ProcessSpec(f"{name}-{uuid.uuid4().hex[:8]}-{index}", index, point, process_env)
         )
+    return specs
 
-    async def start() -> ProcMesh:
-        children = await allocator.start(runtime, specs)
-        processes = _Processes(name, children, allocator)
-        if policy.mode == "rank":
-            processes.restarter = _restart.Restarter(runtime, processes, policy)
-            _restart.install(runtime, processes.restarter)
-        return ProcMesh(processes, mesh_shape)
 
-    return _from_concurrent(runtime, runtime.submit(start()))
+def managed(
+    runtime: Runtime,
+    name: str,
+    children: list[ChildProcess],
+    allocator: Allocator,
+    shape: Shape,
+    policy: _restart.RestartPolicy,
+) -> ProcMesh:
+    """The process mesh of ``children`` (started), with its restart policy in force."""
+    processes = _Processes(name, children, allocator)
+    if policy.mode == "rank":
+        processes.restarter = _restart.Restarter(runtime, processes, policy)
+        _restart.install(runtime, processes.restarter)
+    return ProcMesh(processes, shape)
+
+
+class _OwnProcess(ChildProcess):
+    """This very process, as the one member of ``this_proc()``: never signalled."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__(runtime.key, 0, runtime.address, Status(os.getpid()))  # type: ignore[arg-type]
+
+    def alive(self) -> bool:
+        return True
+
+    def signal_group(self, sig: int) -> None:
+        pass  # stopping this_proc() stops its actors, never the process
+
+
+class _OwnActors:
+    """The "allocator" of ``this_proc()``: stopping it drops the actors spawned there."""
+
+    def __init__(self, processes: _Processes) -> None:
+        self._processes = processes
+
+    async def start(self, runtime: Runtime, specs: Sequence[ProcessSpec]) -> list[ChildProcess]:
+        raise TypeError("this_proc() is the process already running")
+
+    async def stop(self, runtime: Runtime, processes: Sequence[ChildProcess], grace: float) -> None:
+        conn = runtime.connection(runtime.listen_path)
+        for mesh_id in self._processes.meshes:
+            runtime.send(conn, (STOP_MESH, 0, mesh_id), [])
+
+
+_OWN: dict[int, ProcMesh] = {}
+
+
+def own_process(runtime: Runtime) -> ProcMesh:
+    """``this_proc()`` of ``runtime``'s process (one per runtime)."""
+    mesh = _OWN.get(id(runtime))
+    if mesh is None or mesh._processes.stopped:
+        processes = _Processes("this_proc", [_OwnProcess(runtime)])
+        processes.allocator = _OwnActors(processes)
+        mesh = _OWN[id(runtime)] = ProcMesh(processes, Shape((), (), (0,)))
+    return mesh
 
 
 def _cancel(inner: ConcurrentFuture[Any]) -> None:

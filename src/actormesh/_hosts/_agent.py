@@ -21,6 +21,7 @@ The agent is an actormesh process like a worker (``_lifetime``) that hosts no ac
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -33,28 +34,15 @@ from typing import Any
 
 from .._core import _envelope as env
 from .._core import dumps, loads
-from .._transport import Connection, TransportClosed
+from .._transport import Connection, TransportClosed, is_tcp, route_source
+from ._agent_link import WorkerSpec
+from ._lifetime import serve
 from ._process import ChildProcess
 from ._runtime import Runtime
 
-__all__ = ["Agent", "HostInfo", "WorkerSpec"]
+__all__ = ["Agent", "HostInfo", "main", "serve_agent"]
 
 log = logging.getLogger("actormesh.hosts")
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """One worker an owner asks a host agent for.
-
-    Attributes:
-        key: its unique name in the job.
-        rank: its rank in its process mesh.
-        env: the environment it needs beyond the agent's own.
-    """
-
-    key: str
-    rank: int
-    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -100,6 +88,7 @@ class Agent:
     """
 
     def __init__(self, runtime: Runtime, advertise: str) -> None:
+        # Nothing else needs to hold the agent: the handlers it registers below do.
         self.runtime = runtime
         self.advertise = advertise
         self._owner = runtime.parent
@@ -248,3 +237,33 @@ class Agent:
 def host_info(advertise: str) -> HostInfo:
     """This host, as its agent introduces it."""
     return HostInfo(socket.gethostname(), advertise, os.cpu_count() or 1)
+
+
+def serve_agent(key: str, owner: str, *, own_group: bool = True) -> None:
+    """Run this process as the host agent of its host, joined to ``owner``, until the
+    owner goes away or stops it."""
+    # Where other hosts reach this one: the interface traffic to the owner leaves from
+    # (a controller on this very host: loopback).
+    advertise = route_source(owner) if is_tcp(owner) else "127.0.0.1"
+    info = host_info(advertise)
+    serve(
+        key,
+        owner,
+        {"role": "agent", "host": info.hostname, "address": info.address, "cpus": info.cpus},
+        own_group=own_group,
+        prefix_output=False,
+        setup=functools.partial(_become_agent, advertise=advertise),
+    )
+
+
+def _become_agent(runtime: Runtime, advertise: str) -> None:
+    Agent(runtime, advertise)  # the handlers it registers on the runtime keep it
+
+
+def main() -> None:
+    """``python -m actormesh._hosts._agent``: an agent started by an allocator."""
+    serve_agent(os.environ["ACTORMESH_KEY"], os.environ["ACTORMESH_PARENT"])
+
+
+if __name__ == "__main__":
+    main()

@@ -15,22 +15,19 @@ nobody waits for yet waits in a lobby for the next one.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core._mailbox import EndpointKind
 from .._transport import Connection
 from ._process import ChildProcess
 
 __all__ = [
-    "EnvironmentSetup",
     "Joined",
     "Joins",
     "RemoteProcess",
+    "Status",
 ]
 
 log = logging.getLogger("actormesh.remote")
@@ -107,9 +104,9 @@ class Joins:
         return list(self._lobby)
 
 
-class _Status:
-    # Stands in for the ``Popen`` of a local child: the exit status is set when the
-    # connection ends, since no exit status ever reaches us across hosts.
+class Status:
+    """Stands in for the ``Popen`` of a process on another host: its exit status is set
+    when the owner learns of its end (no waitpid reaches across hosts)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -137,7 +134,7 @@ class RemoteProcess(ChildProcess):
     local = False
 
     def __init__(self, joined: Joined, rank: int, kill: Callable[[], None] | None = None) -> None:
-        super().__init__(joined.key, rank, joined.address, _Status(joined.pid))  # type: ignore[arg-type]
+        super().__init__(joined.key, rank, joined.address, Status(joined.pid))  # type: ignore[arg-type]
         self.conn = joined.conn
         self.host = str(joined.info.get("host", ""))
         self._kill = kill
@@ -152,7 +149,7 @@ class RemoteProcess(ChildProcess):
 
     def connection_lost(self) -> None:
         """Its connection closed: the process is dead to us (loop thread)."""
-        status: _Status = self.popen  # type: ignore[assignment]
+        status: Status = self.popen  # type: ignore[assignment]
         if status.returncode is not None:
             return
         status.returncode = 0 if self.stopping else 1
@@ -174,41 +171,3 @@ class RemoteProcess(ChildProcess):
                 kill()
             except Exception:
                 log.exception("killing remote process %s failed", self.key)
-
-
-class _Placeholder:
-    # The "actor" an environment setup leaves behind until its mesh is stopped.
-
-    def __init__(self) -> None:
-        self.context = contextvars.copy_context()
-
-    def kind(self, endpoint: str) -> EndpointKind:
-        raise AttributeError(f"no endpoint {endpoint!r} here")
-
-    def invoke(self, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        raise AttributeError(f"no endpoint {endpoint!r} here")
-
-    def close(self) -> None:
-        pass
-
-
-@dataclass(frozen=True)
-class EnvironmentSetup:
-    """Sets environment variables in a joined worker, before any actor is built there.
-
-    Sent in a SPAWN frame like an actor mesh's spawn spec (so the worker needs nothing
-    new): building rank ``r``'s "actor" updates ``os.environ`` with ``env[r]``. The owner
-    stops that mesh right after.
-    """
-
-    env: Mapping[int, Mapping[str, str]]
-
-    def actor(self, rank: int) -> tuple[Callable[[], _Placeholder], str, dict[str, int]]:
-        """``(factory, name, coordinates)`` as a spawn spec gives them."""
-        values = dict(self.env.get(rank, {}))
-
-        def factory() -> _Placeholder:
-            os.environ.update(values)
-            return _Placeholder()
-
-        return factory, "environment", {}

@@ -19,11 +19,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._config import Config
-from .._core import CoreRuntime
+from .._core import CoreRuntime, loads
 from .._core import _envelope as env
 from .._core._deferral import Deferrals, Resume
 from .._exceptions import ActorDiedError
 from .._transport import Connection, TransportClosed, is_abstract, is_tcp
+from ._agent_link import AgentLink, RelayConnection, RelayedProcess, WorkerSpec
 from ._heartbeat import HeartbeatMonitor
 from ._output import PipeForwarder
 from ._process import ChildProcess, describe_exit, launch
@@ -51,6 +52,9 @@ class Runtime(CoreRuntime):
         self.relaunch_policy: Callable[[ChildProcess], bool] | None = None
         self._deferrals = Deferrals()
         self.joins = Joins()  # who waits for processes that dial in over TCP
+        # Host agents this process owns, by their connection (see _agent_link).
+        self.agents: dict[Connection, AgentLink] = {}
+        self.frame_kinds[env.EVENT] = self._on_agent_event
 
     # -- the core runtime's hooks ---------------------------------------------------------
 
@@ -190,6 +194,76 @@ class Runtime(CoreRuntime):
             self._monitor().track(child)
         return child
 
+    # -- host agents ------------------------------------------------------------------------
+
+    def adopt_agent(self, joined: Joined) -> AgentLink:
+        """Own a host agent that joined (loop thread); its heartbeats are watched."""
+        process = self.adopt(joined, rank=-1)
+        link = AgentLink(self, process, dict(joined.info))
+        self.agents[joined.conn] = link
+        return link
+
+    async def start_relayed(
+        self, link: AgentLink, specs: Sequence[WorkerSpec]
+    ) -> list[RelayedProcess]:
+        """Have ``link``'s agent start one worker per spec; they are ours from then on."""
+        processes = await link.spawn(specs)
+        for process in processes:
+            self._own_relayed(process)
+        return processes
+
+    def _own_relayed(self, process: RelayedProcess) -> None:
+        path = process.listen_path
+        self._children[path] = process
+        self._dead_paths.pop(path, None)
+        with self._conns_lock:
+            self._conns[path] = process.link.relay(path)
+        # Its agent watches it (pidfd, heartbeats) and tells us when it ends.
+        process.watch(self.loop, self._child_exited)
+
+    def _on_agent_event(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
+        link = self.agents.get(conn)
+        if link is None:
+            raise ValueError(f"an EVENT from {conn.peer}, which is no host agent of ours")
+        _, what, address = header
+        link.on_event(what, address, loads(parts[1]))
+
+    def send_frames(
+        self,
+        frames: Sequence[tuple[Connection, tuple[int, ...], tuple[Any, ...], list[Any]]],
+        gather: int = 0,
+    ) -> list[tuple[tuple[int, ...], str]]:
+        """Send ``(conn, ranks, header, parts)`` frames; the ``(ranks, why)`` that failed.
+
+        Frames for several workers behind one host agent that share their parts leave as
+        one ``CAST`` to that agent (one frame per host, not per process); a nonzero
+        ``gather`` (the request's id) has each agent send its workers' replies as one.
+        """
+        failed: list[tuple[tuple[int, ...], str]] = []
+        by_agent: dict[tuple[int, int], list[tuple[RelayConnection, tuple[int, ...], Any]]] = {}
+        for conn, ranks, header, parts in frames:
+            if isinstance(conn, RelayConnection) and not conn.closed:
+                by_agent.setdefault((id(conn.link), id(parts)), []).append((conn, ranks, header))
+                continue
+            try:
+                self.send(conn, header, parts)
+            except ActorDiedError as error:
+                failed.append((ranks, error.reason or str(error)))
+        for group in by_agent.values():
+            first = group[0][0]
+            parts = next(p for c, r, h, p in frames if c is first)
+            try:
+                if len(group) == 1:
+                    self.send(first, group[0][2], parts)
+                else:
+                    targets = [(c.peer, r, env.encode_header(h)) for c, r, h in group]
+                    first.link.cast(gather, targets, parts)
+            except (ActorDiedError, TransportClosed) as error:
+                failed.extend((r, str(error)) for _, r, _ in group)
+        return failed
+
     def _monitor(self) -> HeartbeatMonitor:
         if self._heartbeat is None:
             self._heartbeat = HeartbeatMonitor(
@@ -226,6 +300,10 @@ class Runtime(CoreRuntime):
         reason = f"process {child.pid} (rank {child.rank}) {how}"
         if child.restart_note:
             reason += f"; {child.restart_note}"
+        if isinstance(child, RemoteProcess):
+            link = self.agents.pop(child.conn, None)
+            if link is not None:  # a host agent: its workers went with it
+                link.lost(how)
         if self._heartbeat is not None:
             self._heartbeat.untrack(child)
         self._dead_paths[path] = reason
@@ -257,7 +335,7 @@ class Runtime(CoreRuntime):
         # what its actors started. A worker that exited cleanly killed its descendants
         # itself; after a crash, the environment tag finds the ones that left the group.
         child.signal_group(signal.SIGKILL)
-        if child.returncode != 0:
+        if child.returncode != 0 and child.local:
             kill_tagged("ACTORMESH_KEY", child.key)
 
     def relaunching(self, path: str) -> bool:
@@ -277,6 +355,10 @@ class Runtime(CoreRuntime):
         Keeping the path keeps every mesh reference to it valid; callers that had a
         connection to the old process find the new one on their next connect.
         """
+        if isinstance(child, RelayedProcess):  # on another host: its agent starts it
+            relayed = await child.link.relaunch(child)
+            self._own_relayed(relayed)
+            return relayed
         if not is_abstract(child.listen_path):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(child.listen_path)  # the dead process could not remove its socket

@@ -19,8 +19,10 @@ from collections.abc import Sequence
 
 from .._api._allocator import ProcessSpec
 from .._hosts import ChildProcess, Runtime
+from .._hosts._agent_link import AgentLink
+from .._hosts._setup import ProcessSetup, prepare
 from .._transport import parse_tcp
-from ._joining import JoinWait, join_order, set_environment
+from ._joining import JoinWait, is_agent, join_order
 
 __all__ = ["ExternalAllocator"]
 
@@ -93,7 +95,7 @@ class ExternalAllocator:
         """Listen, wait for ``len(specs)`` processes to join, and give them their ranks."""
         self._listen(runtime)
         timeout = runtime.config.spawn_timeout if self._timeout is None else self._timeout
-        waiting = JoinWait(runtime, len(specs))
+        waiting = JoinWait(runtime, len(specs), accept=lambda joined: not is_agent(joined))
         try:
             joined = await waiting.wait(timeout, f"at {self.address}")
         except BaseException:
@@ -103,11 +105,26 @@ class ExternalAllocator:
             runtime.adopt(j, spec.rank) for j, spec in zip(join_order(joined), specs)
         ]
         try:
-            await set_environment(runtime, children, [s.env for s in specs], timeout)
+            setup = ProcessSetup({c.rank: dict(s.env) for c, s in zip(children, specs)})
+            await prepare(runtime, children, setup, timeout)
         except BaseException:
             await runtime.stop_processes(children, grace=0.0)
             raise
         return children
+
+    async def start_hosts(self, runtime: Runtime, count: int) -> list[AgentLink]:
+        """Listen, wait for ``count`` host agents (``actormesh host --join``) to join, and
+        own them: the hosts of a ``host_mesh``, in joining order by host name."""
+        self._listen(runtime)
+        timeout = runtime.config.spawn_timeout if self._timeout is None else self._timeout
+        waiting = JoinWait(runtime, count, accept=is_agent)
+        try:
+            joined = await waiting.wait(timeout, f"as host agents at {self.address}")
+        except BaseException:
+            waiting.close()
+            raise
+        ordered = sorted(joined, key=lambda j: (str(j.info.get("host", "")), j.address))
+        return [runtime.adopt_agent(j) for j in ordered]
 
     async def stop(self, runtime: Runtime, processes: Sequence[ChildProcess], grace: float) -> None:
         """Ask the processes to exit, and close their connections (which ends them)."""

@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._core import dumps
-from .._core._envelope import SHUTDOWN, SPAWN, STOP_MESH, encode_header, error_from_payload
-from .._exceptions import ActorDiedError
-from .._hosts import ChildProcess, Runtime
-from .._hosts._remote import EnvironmentSetup, Joined
-from .._transport import Connection, TransportClosed
+from .._core._envelope import SHUTDOWN, encode_header
+from .._hosts import Runtime
+from .._hosts._remote import Joined
+from .._transport import TransportClosed
 
-__all__ = ["JoinWait", "join_order", "set_environment"]
+__all__ = ["JoinWait", "is_agent", "join_order"]
 
 
 class JoinWait:
@@ -113,54 +110,6 @@ def join_order(joined: Sequence[Joined]) -> list[Joined]:
     return sorted(joined, key=key)
 
 
-class _Replies:
-    """Waits for one reply per rank to a SPAWN; a lost connection fails it."""
-
-    def __init__(self, conns: Mapping[Connection, int]) -> None:
-        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._conns = conns
-        self._left = set(conns.values())
-
-    def on_reply(self, rank: int, ok: bool, parts: list[memoryview]) -> bool:
-        if not ok and not self.future.done():
-            self.future.set_exception(error_from_payload(parts[0]))
-        self._left.discard(rank)
-        if not self._left and not self.future.done():
-            self.future.set_result(None)
-        return not self._left
-
-    def on_lost(self, conn: Connection, reason: str) -> bool:
-        rank = self._conns.get(conn)
-        if rank is None or rank not in self._left:
-            return False
-        if not self.future.done():
-            self.future.set_exception(ActorDiedError(reason, reason=reason))
-        return True
-
-
-async def set_environment(
-    runtime: Runtime,
-    children: Sequence[ChildProcess],
-    envs: Sequence[Mapping[str, str]],
-    timeout: float,
-) -> None:
-    """Set ``envs[i]`` in the environment of ``children[i]`` before actors are built there.
-
-    Processes that joined by themselves started without their mesh coordinates; this
-    gives them what a locally started worker inherits (see ``EnvironmentSetup``).
-    """
-    setup = EnvironmentSetup({c.rank: dict(e) for c, e in zip(children, envs)})
-    payload, buffers = dumps(setup)
-    mesh_id = f"environment-{uuid.uuid4().hex[:12]}"
-    conns = {runtime.connection(c.listen_path): c.rank for c in children}
-    replies = _Replies(conns)
-    req_id = runtime.register(replies)
-    try:
-        for conn, rank in conns.items():
-            runtime.send(conn, (SPAWN, req_id, mesh_id, (rank,)), [payload, *buffers])
-        await asyncio.wait_for(replies.future, timeout)
-    finally:
-        runtime.forget(req_id)
-        for conn in conns:
-            with contextlib.suppress(TransportClosed):
-                conn.send([encode_header((STOP_MESH, 0, mesh_id))])
+def is_agent(joined: Joined) -> bool:
+    """Whether a joining process is a host agent (``actormesh host``), not a worker."""
+    return joined.info.get("role") == "agent"

@@ -1,0 +1,256 @@
+"""``HostMesh``: hosts with named dimensions, where process meshes are made.
+
+Three levels, as in Monarch: hosts, processes, actors. ``this_host()`` is the host this
+code runs on (no dimensions); ``host_mesh(hosts=N, allocator=...)`` gives a mesh of
+remote hosts, each served by a host agent (``actormesh._hosts``), with a ``hosts``
+dimension. ``host_mesh.spawn_procs(per_host={"gpus": 8})`` starts that many processes on
+every host of the mesh and returns their ``ProcMesh`` (dimensions: the host mesh's, then
+``per_host``'s). ``this_proc()`` is the process this code runs in, as a one-process mesh:
+actors spawned there live in this very process.
+
+The host the code runs on needs no agent process: this process' own runtime starts,
+watches and restarts its local workers, and they talk to it over Unix sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from .._hosts import ChildProcess, Runtime
+from .._hosts._agent_link import AgentLink, WorkerSpec
+from .._hosts._setup import ProcessSetup, prepare
+from .._shape import Point, Shape, Shaped
+from . import _restart, _supervision
+from ._allocator import Allocator, LocalAllocator, ProcessSpec
+from ._future import Future
+from ._proc_mesh import ProcMesh, _from_concurrent, managed, process_specs
+
+__all__ = ["HostMesh", "host_mesh", "this_host", "this_proc"]
+
+T = TypeVar("T")
+
+Env = Mapping[str, str] | Callable[[Point], Mapping[str, str]] | None
+
+
+class _Hosts:
+    """The hosts of one host mesh, shared by its slices: ``None`` is this host."""
+
+    def __init__(self, links: list[AgentLink | None], allocator: Any = None) -> None:
+        self.links = links
+        self.allocator = allocator
+        self.stopped = False
+
+
+class HostMesh(Shaped):
+    """Hosts with named dimensions; ``this_host()`` or ``host_mesh(...)`` give one."""
+
+    def __init__(self, hosts: _Hosts, shape: Shape) -> None:
+        self._hosts = hosts
+        self._shape = shape
+
+    def slice(self, **dims: int | slice | range) -> HostMesh:
+        """The hosts at these coordinates (``slice(hosts=0)``, ``slice(hosts=slice(0, 2))``)."""
+        return HostMesh(self._hosts, self._shape.slice(**dims))
+
+    def __getitem__(self, key: Any) -> HostMesh:
+        return HostMesh(self._hosts, self._shape.index(key))
+
+    @property
+    def initialized(self) -> Future[bool]:
+        """Resolves to True: a host mesh is ready once it exists."""
+        runtime = Runtime.get()
+        future: Future[bool] = Future(runtime.in_loop_thread)
+        future._set_result(True)
+        return future
+
+    def spawn_procs(
+        self,
+        per_host: Mapping[str, int] | None = None,
+        bootstrap: Callable[[], Any] | None = None,
+        name: str | None = None,
+        *,
+        env: Env = None,
+        restart: _restart.RestartMode = "never",
+        max_restarts: int = 3,
+        restart_window: float = 60.0,
+    ) -> ProcMesh:
+        """Start ``per_host`` processes on every host of this mesh; their process mesh.
+
+        Returns once every process is up (and ``bootstrap`` ran in each). Its dimensions
+        are this mesh's followed by ``per_host``'s: ``{"gpus": 4}`` on ``this_host()``,
+        ``{"hosts": 2, "gpus": 4}`` on two hosts.
+
+        Args:
+            per_host: the processes of each host, by dimension (``None``: one).
+            bootstrap: called in each new process before any actor is built there (a
+                coroutine function is run to completion); if it raises, the spawn fails
+                with its traceback and the processes are stopped.
+            name: a label for output prefixes and messages.
+            env: extra environment variables for every process, or a function giving
+                each its own from its coordinates.
+            restart: ``"rank"`` replaces a process that dies (see ``proc_mesh``).
+            max_restarts: restarts allowed per rank within ``restart_window`` seconds.
+            restart_window: the sliding window of ``max_restarts``, in seconds.
+
+        Raises:
+            ValueError: a ``per_host`` dimension is already a dimension of the host mesh.
+            RuntimeError: called on the event loop that would start the processes (inside
+                an ``async`` endpoint): ``await proc_mesh(...)`` there instead.
+        """
+        if self._hosts.stopped:
+            raise RuntimeError("this host mesh was shut down")
+        per_host = dict(per_host or {})
+        overlap = [label for label in per_host if label in self._shape.labels]
+        if overlap:
+            raise ValueError(
+                f"per_host labels {overlap} overlap with host labels {self._shape.labels}"
+            )
+        shape = Shape.from_dims(
+            (*self._shape.labels, *per_host), (*self._shape.sizes, *per_host.values())
+        )
+        policy = _restart.RestartPolicy(restart, max_restarts, restart_window)
+        runtime = Runtime.get()
+        if runtime.in_loop_thread():
+            raise RuntimeError(
+                "spawn_procs() waits for the processes to start, which this event loop does: "
+                "in an async endpoint use `await proc_mesh(...)` instead"
+            )
+        _supervision.install(runtime)
+        label = name or "procs"
+        specs = process_specs(shape, label, env)
+        links = [self._hosts.links[rank] for rank in self._shape.ranks]
+        start = _launch(runtime, links, specs, math.prod(per_host.values()), bootstrap)
+
+        async def build() -> ProcMesh:
+            children = await start
+            return managed(runtime, label, children, LocalAllocator(), shape, policy)
+
+        wait = runtime.config.spawn_timeout * 2 + 30  # the launch itself times out first
+        return runtime.submit(build()).result(wait)
+
+    def shutdown(self) -> Future[None]:
+        """End the host agents of this mesh, and with them every process they started.
+
+        ``this_host()`` has no agent to end: its processes stop with their meshes.
+        """
+        hosts = self._hosts
+        runtime = Runtime.get()
+        links = [link for link in hosts.links if link is not None]
+        if hosts.stopped or not links:
+            hosts.stopped = hosts.stopped or bool(links)
+            return _from_concurrent(runtime, runtime.submit(_nothing()))
+        hosts.stopped = True
+        grace = runtime.config.stop_grace
+        agents: list[ChildProcess] = [link.process for link in links]
+        return _from_concurrent(runtime, runtime.submit(runtime.stop_processes(agents, grace)))
+
+    def stop(self) -> Future[None]:
+        """The same as ``shutdown()``."""
+        return self.shutdown()
+
+    async def __aenter__(self) -> HostMesh:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    def __enter__(self) -> HostMesh:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown().get()
+
+    def __repr__(self) -> str:
+        where = ", ".join(
+            "this host" if link is None else link.hostname
+            for link in (self._hosts.links[rank] for rank in self._shape.ranks)
+        )
+        return f"<HostMesh {self._shape} on {where}>"
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _launch(
+    runtime: Runtime,
+    links: Sequence[AgentLink | None],
+    specs: Sequence[ProcessSpec],
+    per_host: int,
+    bootstrap: Callable[[], Any] | None,
+) -> list[ChildProcess]:
+    """Start ``specs`` host by host (``per_host`` each, in order), all hosts at once."""
+    groups = [specs[i * per_host : (i + 1) * per_host] for i in range(len(links))]
+    started = await asyncio.gather(
+        *(_start_on(runtime, link, group) for link, group in zip(links, groups)),
+        return_exceptions=True,
+    )
+    children = [c for group in started if not isinstance(group, BaseException) for c in group]
+    failures = [group for group in started if isinstance(group, BaseException)]
+    try:
+        if failures:
+            raise failures[0]
+        if bootstrap is not None:
+            await prepare(
+                runtime, children, ProcessSetup(bootstrap=bootstrap), runtime.config.spawn_timeout
+            )
+    except BaseException:
+        await runtime.stop_processes(children, grace=0.0)
+        raise
+    return children
+
+
+async def _start_on(
+    runtime: Runtime, link: AgentLink | None, specs: Sequence[ProcessSpec]
+) -> list[ChildProcess]:
+    if link is None:
+        return await runtime.start_processes([(s.key, s.rank, dict(s.env)) for s in specs])
+    workers = [WorkerSpec(s.key, s.rank, dict(s.env)) for s in specs]
+    return list(await runtime.start_relayed(link, workers))
+
+
+_THIS_HOST = _Hosts([None], LocalAllocator())
+
+
+def this_host() -> HostMesh:
+    """The host this code runs on, as a host mesh without dimensions."""
+    return HostMesh(_THIS_HOST, Shape((), (), (0,)))
+
+
+def this_proc() -> ProcMesh:
+    """The process this code runs in, as a one-process mesh without dimensions.
+
+    Actors spawned on it live in this process (the controller's, or an actor's own).
+    Stopping it stops those actors, never the process.
+    """
+    from ._proc_mesh import own_process
+
+    return own_process(Runtime.get())
+
+
+def host_mesh(hosts: int, *, allocator: Allocator) -> Future[HostMesh]:
+    """A mesh of ``hosts`` remote hosts, each with a host agent, from ``allocator``.
+
+    ``ExternalAllocator``: agents started by a cluster launcher with ``actormesh host
+    --join HOST:PORT`` join here. ``RayAllocator``: one agent per Ray node. The mesh's
+    dimension is ``hosts``; ``shutdown()`` ends the agents and their processes.
+
+    Raises:
+        TypeError: the allocator cannot start host agents.
+    """
+    start_hosts = getattr(allocator, "start_hosts", None)
+    if start_hosts is None:
+        raise TypeError(f"{allocator!r} cannot start host agents (it has no start_hosts())")
+    if isinstance(hosts, bool) or not isinstance(hosts, int) or hosts < 1:
+        raise ValueError(f"hosts must be a positive int, not {hosts!r}")
+    runtime = Runtime.get()
+    _supervision.install(runtime)
+
+    async def start() -> HostMesh:
+        links: list[AgentLink] = await start_hosts(runtime, hosts)
+        return HostMesh(_Hosts(list(links), allocator), Shape.from_dims(("hosts",), (hosts,)))
+
+    return _from_concurrent(runtime, runtime.submit(start()))

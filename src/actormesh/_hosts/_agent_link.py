@@ -1,0 +1,236 @@
+"""The owner's side of a host agent: its workers, and the way frames reach them.
+
+``AgentLink`` is the owner's handle on one agent (see ``_agent``): it asks it for workers
+and relaunches, hears of their exits and output, and sends them frames. Each worker of
+that host is a ``RelayedProcess`` to the owner, reached by a ``RelayConnection`` that
+wraps every frame in a ``RELAY`` (or, for several workers at once, one ``CAST``) to the
+agent. Everything here runs on the owner's loop thread unless it says otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._core import _envelope as env
+from .._core import dumps, loads
+from .._exceptions import ActorDiedError
+from .._transport import Connection, TransportClosed
+from .._transport._frames import Buffer
+from ._process import ChildProcess
+from ._remote import RemoteProcess, Status
+
+__all__ = ["AgentLink", "RelayConnection", "RelayedProcess", "WorkerSpec"]
+
+log = logging.getLogger("actormesh.hosts")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One worker an owner asks a host agent for.
+
+    Attributes:
+        key: its unique name in the job.
+        rank: its rank in its process mesh.
+        env: the environment it needs beyond the agent's own.
+    """
+
+    key: str
+    rank: int
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class RelayConnection(Connection):
+    """The owner's way to a worker behind a host agent: frames go through the agent.
+
+    It stands where a ``Connection`` to the worker would (requests wait on it, and fail
+    with it), but owns no socket and reads nothing (replies come on the agent's
+    connection): only sending, closing and the state of the base class are used.
+    """
+
+    def __init__(self, link: AgentLink, address: str) -> None:  # no super(): no socket
+        self.link = link
+        self.peer = address
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """True once the worker is gone, or its agent is."""
+        return self._closed or self.link.conn.closed
+
+    def send(self, parts: Sequence[Buffer]) -> None:
+        """Send one frame to the worker (through its agent); any thread."""
+        if self._closed:
+            raise TransportClosed(f"the worker at {self.peer} is gone")
+        self.link.conn.send([env.encode_header((env.RELAY, self.peer)), *parts])
+
+    def start(self) -> None:
+        """Nothing to read: replies come on the agent's connection."""
+
+    def close(self) -> None:
+        """Mark the worker gone."""
+        self._closed = True
+
+    def fileno(self) -> int:
+        """The agent connection's descriptor."""
+        return self.link.conn.fileno()
+
+
+class RelayedProcess(ChildProcess):
+    """A worker started by a host agent for this owner (see the module docstring)."""
+
+    local = False
+
+    def __init__(self, link: AgentLink, spec: WorkerSpec, address: str, pid: int) -> None:
+        super().__init__(spec.key, spec.rank, address, Status(pid))  # type: ignore[arg-type]
+        self.link = link
+        self.spec = spec
+        self.host = link.hostname
+        self._on_exit: Callable[[ChildProcess], None] | None = None
+
+    def watch(self, loop: Any, on_exit: Callable[[ChildProcess], None]) -> None:
+        """Call ``on_exit`` on ``loop`` once its agent says it exited (or the agent died)."""
+        self._loop = loop
+        self._on_exit = on_exit
+
+    def exited(self, how: str, code: int | None) -> None:
+        """It is gone: ``how`` says how (loop thread)."""
+        status: Status = self.popen  # type: ignore[assignment]
+        if status.returncode is not None:
+            return
+        status.returncode = code if code is not None else 1
+        if self.death_note is None:
+            self.death_note = f"on {self.host} {how}"
+        if self._on_exit is not None:
+            self._on_exit(self)
+
+    def signal_group(self, sig: int) -> None:
+        """Have its agent signal it and everything it started."""
+        if self.alive():
+            self.link.signal(self.listen_path, sig)
+
+
+class _HostRequest:
+    """One host operation waiting for the agent's answer (a core ``ReplyHandler``)."""
+
+    def __init__(self, link: AgentLink) -> None:
+        self.link = link
+        self.future: asyncio.Future[Any] = link.loop.create_future()
+
+    def on_reply(self, rank: int, ok: bool, parts: list[memoryview]) -> bool:
+        if not self.future.done():
+            if ok:
+                self.future.set_result(loads(parts[0], parts[1:]))
+            else:
+                self.future.set_exception(env.error_from_payload(parts[0]))
+        return True
+
+    def on_lost(self, conn: Any, reason: str) -> bool:
+        if conn is not self.link.conn:
+            return False
+        if not self.future.done():
+            self.future.set_exception(ActorDiedError(reason, reason=reason))
+        return True
+
+
+class AgentLink:
+    """The owner's handle on one host agent.
+
+    Args:
+        runtime: the owner's runtime (``_runtime.Runtime``).
+        process: the agent process as the owner adopted it.
+        info: what the agent said of its host (``host``, ``address``, ``cpus``).
+    """
+
+    def __init__(self, runtime: Any, process: RemoteProcess, info: dict[str, Any]) -> None:
+        self.runtime = runtime
+        self.loop: asyncio.AbstractEventLoop = runtime.loop
+        self.process = process
+        self.conn: Connection = process.conn
+        self.hostname = str(info.get("host", "?"))
+        self.address = str(info.get("address", ""))
+        self.cpus = int(info.get("cpus", 1))
+        self.workers: dict[str, RelayedProcess] = {}
+        self.lost_reason: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<host agent on {self.hostname} ({self.address})>"
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def _request(self, op: str, *args: Any) -> Any:
+        if self.lost_reason is not None:
+            raise ActorDiedError(self.lost_reason, reason=self.lost_reason)
+        request = _HostRequest(self)
+        req_id = self.runtime.register(request)
+        payload, buffers = dumps(args)
+        try:
+            self.conn.send([env.encode_header((env.HOST, req_id, op)), payload, *buffers])
+        except TransportClosed as error:
+            self.runtime.forget(req_id)
+            raise ActorDiedError(str(error), reason=str(error)) from None
+        return await request.future
+
+    async def spawn(self, specs: Sequence[WorkerSpec]) -> list[RelayedProcess]:
+        """Start one worker per spec on this host; the processes, joined (loop thread)."""
+        answers = await self._request("spawn", list(specs))
+        processes = []
+        for spec, (address, pid) in zip(specs, answers, strict=True):
+            process = RelayedProcess(self, spec, address, pid)
+            self.workers[address] = process
+            processes.append(process)
+        return processes
+
+    async def relaunch(self, old: RelayedProcess) -> RelayedProcess:
+        """A new worker in the place of ``old``: same rank, same address (loop thread)."""
+        pid = await self._request("relaunch", old.listen_path)
+        new = RelayedProcess(self, old.spec, old.listen_path, pid)
+        new.restarts = old.restarts + 1
+        self.workers[new.listen_path] = new
+        return new
+
+    def signal(self, address: str, sig: int) -> None:
+        """Ask the agent to send ``sig`` to the worker at ``address`` (fire and forget)."""
+        payload, _ = dumps((address, int(sig)))
+        with contextlib.suppress(TransportClosed):
+            self.conn.send([env.encode_header((env.HOST, 0, "signal")), payload])
+
+    def relay(self, address: str) -> RelayConnection:
+        """The way to the worker at ``address``."""
+        return RelayConnection(self, address)
+
+    def cast(
+        self, gather: int, targets: list[tuple[str, tuple[int, ...], bytes]], parts: list[Any]
+    ) -> None:
+        """One frame for several workers of this host: each gets its header and ``parts``;
+        a nonzero ``gather`` (a request id) has the agent send their replies as one."""
+        header = env.encode_header((env.CAST, gather, targets))
+        self.conn.send([header, *parts])
+
+    # -- what the agent tells us ------------------------------------------------------------
+
+    def on_event(self, what: str, address: str, details: dict[str, Any]) -> None:
+        """An ``EVENT`` from the agent (loop thread)."""
+        if what == "output":
+            stream = getattr(sys, "stderr" if details.get("stream") == "stderr" else "stdout")
+            with contextlib.suppress(OSError, ValueError):
+                stream.write(details["text"])
+                stream.flush()
+        elif what == "exited":
+            worker = self.workers.pop(address, None)
+            if worker is not None:
+                worker.exited(str(details.get("reason", "exited")), details.get("code"))
+        else:
+            log.warning("%r sent an event of unknown kind %r", self, what)
+
+    def lost(self, reason: str) -> None:
+        """The agent is gone, and so is every worker of its host (loop thread)."""
+        self.lost_reason = f"the host agent on {self.hostname} is gone: {reason}"
+        workers, self.workers = self.workers, {}
+        for worker in workers.values():
+            worker.exited(f"is gone with its host agent ({reason})", None)
