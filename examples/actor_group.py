@@ -27,7 +27,7 @@ from actormesh import Actor, ActorMesh, current_rank, endpoint, split_along
 def torch_dispatch_fn(mesh: Any, method_name: str, tensor: torch.Tensor) -> torch.Tensor:
     """The proposal's tensor dispatch: one chunk per actor, results concatenated in order."""
     actors = mesh.flatten("rank")
-    chunks = torch.chunk(tensor, actors.size)
+    chunks = torch.chunk(tensor, actors.size())
     futures = [
         getattr(actors.slice(rank=i), method_name).call_one(chunk) for i, chunk in enumerate(chunks)
     ]
@@ -63,7 +63,7 @@ class Model(Actor):
 
 def main() -> None:
     with ActorMesh(Model, (10.0,), {"name": "model"}, shape={"dp": 2, "tp": 2}) as mesh:
-        print(f"{mesh.size} actors, shape {mesh.shape}")
+        print(f"{mesh.size()} actors, shape {mesh.shape}")
 
         # all: every actor, the same arguments.
         for line in mesh.info.all().get().values():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Point", "Shape", "Shaped", "ValueMesh"]
+__all__ = ["Extent", "Point", "Shape", "Shaped", "ValueMesh"]
 
 T = TypeVar("T")
 
@@ -97,6 +97,55 @@ def _select_one(label: str, size: int, selector: object) -> tuple[range, bool]:
     return range(index, index + 1), False
 
 
+class Extent(Mapping[str, int]):
+    """The sizes of a mesh's dimensions: a mapping of label to size, in dimension order.
+
+    ``Extent(["hosts", "gpus"], [2, 4])`` reads ``{hosts: 2, gpus: 4}``; it equals any
+    mapping with the same items (``mesh.extent == {"hosts": 2, "gpus": 4}``).
+    """
+
+    __slots__ = ("_labels", "_sizes")
+
+    def __init__(self, labels: Sequence[str], sizes: Sequence[int]) -> None:
+        if len(labels) != len(sizes):
+            raise ValueError(f"{len(labels)} labels given for {len(sizes)} sizes")
+        self._labels = tuple(labels)
+        self._sizes = tuple(sizes)
+
+    @property
+    def labels(self) -> list[str]:
+        """The dimension names."""
+        return list(self._labels)
+
+    @property
+    def sizes(self) -> list[int]:
+        """The size of each dimension."""
+        return list(self._sizes)
+
+    @property
+    def nelements(self) -> int:
+        """The number of points (the product of the sizes)."""
+        return math.prod(self._sizes)
+
+    def __getitem__(self, label: str) -> int:
+        try:
+            return self._sizes[self._labels.index(label)]
+        except ValueError:
+            raise KeyError(label) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._labels)
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(f"{k}: {v}" for k, v in zip(self._labels, self._sizes)) + "}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Extent, (self._labels, self._sizes))
+
+
 @dataclass(frozen=True, eq=False)
 class Point(Mapping[str, int]):
     """Coordinates of one point of a shape.
@@ -132,15 +181,19 @@ class Point(Mapping[str, int]):
         """The flat row-major index of this point within its shape."""
         return sum(c * s for c, s in zip(self.coords, _strides(self.sizes), strict=True))
 
-    @property
-    def size(self) -> int:
-        """The number of points of the shape this point belongs to."""
-        return math.prod(self.sizes)
+    def size(self, label: str | None = None) -> int:
+        """The size of dimension ``label``, or the number of points of the whole shape."""
+        if label is None:
+            return math.prod(self.sizes)
+        try:
+            return self.sizes[self.labels.index(label)]
+        except ValueError:
+            raise KeyError(f"{self} has no dimension {label!r}") from None
 
     @property
-    def extent(self) -> dict[str, int]:
+    def extent(self) -> Extent:
         """Label to size of the shape this point belongs to."""
-        return dict(zip(self.labels, self.sizes, strict=True))
+        return Extent(self.labels, self.sizes)
 
     def __getitem__(self, label: str) -> int:
         try:
@@ -451,6 +504,24 @@ class ValueMesh(Generic[T]):
         """The shape the values are laid out on."""
         return self._shape
 
+    @property
+    def extent(self) -> Extent:
+        """Label to size of the mesh."""
+        return Extent(self._shape.labels, self._shape.sizes)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Label to size of the mesh, as a dict."""
+        return self._shape.extent
+
+    def size(self, dim: str | Sequence[str] | None = None) -> int:
+        """The number of values along ``dim`` (a label, several, or all of them)."""
+        return _size_of(self._shape, dim)
+
+    def get(self, index: int) -> T:
+        """The value of the ``index``-th point, row-major."""
+        return self._values[index]
+
     def __len__(self) -> int:
         return len(self._values)
 
@@ -493,6 +564,20 @@ class ValueMesh(Generic[T]):
         shape, positions = self._shape._slice_positions(dims)
         return ValueMesh(shape, [self._values[p] for p in positions])
 
+    def flatten(self, label: str) -> ValueMesh[T]:
+        """The same values along one dimension called ``label``."""
+        return ValueMesh(
+            Shape((label,), (len(self._values),), tuple(range(len(self)))), self._values
+        )
+
+    def split(self, **dims: Mapping[str, int]) -> ValueMesh[T]:
+        """The same values with dimensions split as `Shape.split` does."""
+        return ValueMesh(self._shape.split(**dims), self._values)
+
+    def rename(self, **names: str) -> ValueMesh[T]:
+        """The same values with dimensions renamed."""
+        return ValueMesh(self._shape.rename(**names), self._values)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ValueMesh):
             return NotImplemented
@@ -514,10 +599,30 @@ class Shaped:
         """Dimensions of this handle (a slice has fewer points than the whole mesh)."""
         return self._shape
 
+    def size(self, dim: str | Sequence[str] | None = None) -> int:
+        """Members (actors, processes, hosts) along ``dim``: one label, several, or all."""
+        return _size_of(self._shape, dim)
+
     @property
-    def size(self) -> int:
-        """Number of members (actors or processes) in this handle."""
-        return len(self._shape)
+    def sizes(self) -> dict[str, int]:
+        """Label to size of this handle's dimensions."""
+        return self._shape.extent
+
+    @property
+    def extent(self) -> Extent:
+        """Label to size of this handle's dimensions, as an ``Extent``."""
+        return Extent(self._shape.labels, self._shape.sizes)
 
     def __len__(self) -> int:
         return len(self._shape)
+
+
+def _size_of(shape: Shape, dim: str | Sequence[str] | None) -> int:
+    if dim is None:
+        return len(shape)
+    labels = [dim] if isinstance(dim, str) else list(dim)
+    extent = shape.extent
+    unknown = [label for label in labels if label not in extent]
+    if unknown:
+        raise KeyError(f"{shape} does not have dimension {unknown[0]!r}")
+    return math.prod(extent[label] for label in labels)

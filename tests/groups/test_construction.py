@@ -41,7 +41,7 @@ def test_ray_style_constructor_returns_a_ready_mesh_that_owns_its_processes() ->
     mesh = ActorMesh(Probe, ("ray",), {"extra": 7}, shape=(2, 2))
     try:
         assert isinstance(mesh, ActorMesh)
-        assert mesh.size == 4
+        assert mesh.size() == 4
         assert mesh.shape.labels == ("dim0", "dim1")
         values = list(mesh.describe.all().get(timeout=30).values())
         assert {(v["tag"], v["extra"]) for v in values} == {("ray", 7)}

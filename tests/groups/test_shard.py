@@ -63,7 +63,7 @@ def test_first_of_replicas_returns_one_result_per_dp_group(grid: Any) -> None:
 def torch_dispatch_fn(mesh: Any, method_name: str, tensor: torch.Tensor) -> torch.Tensor:
     """The proposal's example: chunk a tensor over the actors, call each, concatenate."""
     flat = mesh.flatten("rank")
-    chunks = torch.chunk(tensor, flat.size)
+    chunks = torch.chunk(tensor, flat.size())
     futures = [
         getattr(flat.slice(rank=i), method_name).call_one(chunk) for i, chunk in enumerate(chunks)
     ]

@@ -36,7 +36,7 @@ def test_proc_mesh_starts_one_process_per_point(make, shape: Shape) -> None:  # 
         procs = await make()
         try:
             assert procs.shape == shape
-            assert procs.size == len(procs) == 4
+            assert procs.size() == len(procs) == 4
             echo = await procs.spawn("echo", Echo)
             assert echo.shape == shape
             pids = await echo.pid.call()

@@ -38,7 +38,7 @@ def test_an_actor_calls_a_mesh_it_was_given(
     echo: ActorMesh[Echo], relay: ActorMesh[Relay], select: object
 ) -> None:
     peer = select(echo)  # type: ignore[operator]
-    target = peer if peer.size == 1 else peer[1, 1]
+    target = peer if peer.size() == 1 else peer[1, 1]
     answer = relay[0, 0].relay.call_one(target, "hi").get(timeout=30)
     assert answer == ("async", "hi", "echo")
 

@@ -50,7 +50,7 @@ def test_view_reaches_exactly_its_actors(
 ) -> None:
     view = select(echo)
     assert view.shape.labels == labels
-    assert view.size == len(ranks)
+    assert view.size() == len(ranks)
     assert ranks_of(view) == ranks
 
 
@@ -85,6 +85,6 @@ def test_bad_selection_is_a_clear_error_at_the_call_site(
 
 def test_slices_of_the_process_mesh_slice_the_same_way(procs: ProcMesh) -> None:
     assert procs.slice(dp=0).shape.labels == ("tp",)
-    assert procs[1, 1].size == 1
+    assert procs[1, 1].size() == 1
     with pytest.raises(ValueError, match="no dimension 'gpus'"):
         procs.slice(gpus=0)

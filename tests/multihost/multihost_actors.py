@@ -66,3 +66,19 @@ class Where(Actor):
         """Holds the call until the process dies (the test kills it)."""
         self.release.wait(60)
         return "released"
+
+    @endpoint
+    def say(self, text: str) -> int:
+        """Print ``text`` (its owner should see it, prefixed) and return this pid."""
+        print(text, flush=True)
+        return os.getpid()
+
+    @endpoint
+    def crash(self, code: int) -> None:
+        """Exit this process at once, as a crash would."""
+        os._exit(code)
+
+    @endpoint
+    def restarts(self) -> int:
+        """How many processes held this rank before this one."""
+        return int(os.environ.get("ACTORMESH_RESTARTS", "0"))

@@ -40,20 +40,29 @@ class Network:
 
     def start_worker(self, host: Host, join: str, secret: str, *args: str) -> subprocess.Popen[str]:
         """Run ``actormesh worker --join JOIN`` inside ``host`` with the given secret."""
-        command = [
+        return self._start(host, "worker", join, secret, *args)
+
+    def start_agent(self, host: Host, join: str, secret: str, *args: str) -> subprocess.Popen[str]:
+        """Run ``actormesh host --join JOIN`` (the host's agent) inside ``host``."""
+        return self._start(host, "host", join, secret, *args)
+
+    def _start(
+        self, host: Host, command: str, join: str, secret: str, *args: str
+    ) -> subprocess.Popen[str]:
+        argv = [
             "ip", "netns", "exec", host.netns,
-            sys.executable, "-m", "actormesh._cli", "worker", "--join", join, *args,
+            sys.executable, "-m", "actormesh._cli", command, "--join", join, *args,
         ]  # fmt: skip
-        worker = subprocess.Popen(
-            command,
+        process = subprocess.Popen(
+            argv,
             env={**os.environ, "ACTORMESH_SECRET": secret},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
         )
-        self._workers.append(worker)
-        return worker
+        self._workers.append(process)
+        return process
 
     def processes_in(self, host: Host) -> list[int]:
         """Pids of the processes running inside ``host``'s namespace."""

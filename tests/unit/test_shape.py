@@ -125,7 +125,7 @@ def test_points_enumerate_coordinates_row_major(shape: Shape) -> None:
     assert [p.coords for p in points] == grid
     for i, point in enumerate(points):
         assert point.rank == i
-        assert point.size == len(shape)
+        assert point.size() == len(shape)
         assert point == shape.point(i)
         assert dict(point) == dict(zip(shape.labels, grid[i], strict=True))
 
@@ -360,7 +360,7 @@ def test_rename_swaps_and_rejects_collisions() -> None:
 
 def test_point_is_a_hashable_mapping() -> None:
     point = Point(("dp", "tp"), (2, 2), (1, 0))
-    assert (point.rank, point.size, point.extent) == (2, 4, {"dp": 2, "tp": 2})
+    assert (point.rank, point.size(), point.extent) == (2, 4, {"dp": 2, "tp": 2})
     assert str(point) == "{dp=1, tp=0}"
     assert dict(point) == {"dp": 1, "tp": 0}
 

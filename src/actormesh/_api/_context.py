@@ -55,7 +55,7 @@ def current_rank() -> Point:
 
 def current_size() -> dict[str, int]:
     """Sizes of the calling actor's mesh, by dimension (empty outside actors)."""
-    return current_rank().extent
+    return dict(current_rank().extent)
 
 
 def cancelled() -> bool:
