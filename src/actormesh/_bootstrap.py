@@ -18,14 +18,7 @@ __all__ = ["main", "serve"]
 
 def main() -> None:
     """Run one worker until shutdown."""
-    # Set by a host agent for its workers: listen on TCP there too (other hosts call
-    # them), on this port when it replaces a process that held it.
-    serve(
-        os.environ["ACTORMESH_KEY"],
-        os.environ["ACTORMESH_PARENT"],
-        advertise=os.environ.get("ACTORMESH_ADVERTISE") or None,
-        port=int(os.environ.get("ACTORMESH_PORT") or 0),
-    )
+    serve(os.environ["ACTORMESH_KEY"], os.environ["ACTORMESH_PARENT"])
 
 
 def serve(
@@ -34,13 +27,9 @@ def serve(
     info: dict[str, Any] | None = None,
     *,
     own_group: bool = True,
-    advertise: str | None = None,
-    port: int = 0,
 ) -> None:
     """Join the owner at ``owner`` as worker ``key`` and host actors until shutdown."""
-    serve_process(
-        key, owner, info, own_group=own_group, advertise=advertise, port=port, setup=install
-    )
+    serve_process(key, owner, info, own_group=own_group, setup=install)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import actormesh
 from actormesh import ActorDiedError, ActorMesh, HostMesh, ProcMesh, host_mesh
 from actormesh._core._envelope import CAST, RELAY, decode_header
 from actormesh._hosts import Runtime
-from actormesh._transport import Connection
+from actormesh._transport import Connection, route
 from actormesh.allocators import ExternalAllocator
 
 pytestmark = pytest.mark.timeout(180)
@@ -104,7 +104,7 @@ def test_each_host_runs_its_processes_behind_its_agent(
     for index, value in enumerate(values.values()):
         host = network.hosts[index // 2]
         # Each worker listens on its own host's address, and knows its coordinates.
-        assert str(value["address"]).startswith(f"tcp://{host.ip}:")
+        assert f"|tcp://{host.ip}:" in str(value["address"])
         assert json.loads(str(value["env_coords"])) == {"hosts": index // 2, "gpus": index % 2}
 
 
@@ -137,7 +137,7 @@ def test_a_slice_of_hosts_spawns_only_there(network: Network, hosts: HostMesh) -
     with second.spawn_procs(per_host={"gpus": 1}) as procs:
         here = procs.spawn("here", Where).get(timeout=30)
         (value,) = here.where.call().get(timeout=30).values()
-        assert str(value["address"]).startswith(f"tcp://{network.hosts[1].ip}:")
+        assert f"|tcp://{network.hosts[1].ip}:" in str(value["address"])
 
 
 def test_actors_on_different_hosts_call_each_other_directly(
@@ -145,7 +145,7 @@ def test_actors_on_different_hosts_call_each_other_directly(
 ) -> None:
     far = network.hosts[2].ip
     reached = where.slice(hosts=0, gpus=0).call_other.call_one(where, {"hosts": 2, "gpus": 1})
-    assert str(reached.get(timeout=30)["address"]).startswith(f"tcp://{far}:")
+    assert f"|tcp://{far}:" in str(reached.get(timeout=30)["address"])
     # Directly: the worker on host 2 has a connection from host 0, not only from its agent.
     peers = where.slice(hosts=2, gpus=1).peers.call_one().get(timeout=30)
     assert network.hosts[0].ip in peers
@@ -270,3 +270,18 @@ def test_a_cut_link_is_detected_within_the_heartbeat_timeout(network: Network) -
         controller.wait(10)
         for pid in set(network.processes_in(host)) - others:  # cut off: they cannot hear
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_mesh_on_the_controllers_host_is_called_from_other_hosts(
+    network: Network, hosts: HostMesh, where: ActorMesh[Where]
+) -> None:
+    # The controller listens on the bridge (for its agents), so its own workers listen
+    # there too: their addresses are dual, Unix here and TCP for everyone else.
+    with actormesh.this_host().spawn_procs(per_host={"gpus": 1}) as procs:
+        local = procs.spawn("local", Where).get(timeout=30)
+        (address,) = local._ref.paths
+        assert f"|tcp://{network.controller_ip}:" in address
+        reached = where.slice(hosts=1, gpus=0).call_other.call_one(local, {"gpus": 0})
+        assert reached.get(timeout=30)["pid"] == local.where.call_one().get(timeout=30)["pid"]
+        # The controller itself still talks to it over its Unix socket.
+        assert route(address) == address.split("|")[0]

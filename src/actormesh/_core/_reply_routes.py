@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._transport import Connection, connect_unix, is_tcp, unix_path
+from .._transport import route as route_of
 from .._transport._blocking import exchange_frame
 from . import _envelope as env
 
@@ -111,10 +112,11 @@ class ReplyRoute:
         conn = self._conns.get(path)
         if conn is not None and not conn.closed:
             return self.token
-        if self.adopted or is_tcp(path) or path in self._refused:
+        concrete = route_of(path)  # of a dual address, the Unix socket on this host
+        if self.adopted or is_tcp(concrete) or path in self._refused:
             return None
         try:
-            sock = _open(unix_path(path), self.token)
+            sock = _open(unix_path(concrete), self.token)
         except (OSError, ValueError):
             self._refused.add(path)
             return None

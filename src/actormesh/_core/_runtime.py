@@ -20,6 +20,7 @@ import itertools
 import logging
 import os
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -41,6 +42,7 @@ from .._transport import (
     new_secret,
     parse_tcp,
     private_socket_dir,
+    route,
     route_source,
 )
 from .._transport._connection import CloseHandler
@@ -67,6 +69,11 @@ class ReplyHandler(Protocol):
     def on_lost(self, conn: Connection, reason: str) -> bool:
         """``conn`` died; fail the ranks that were waiting on it. True when done."""
         ...
+
+
+def _local_only(host: str) -> bool:
+    # Loopback reaches no other host; a wildcard names no interface to advertise.
+    return host.startswith("127.") or host in ("::1", "localhost", "0.0.0.0", "::")
 
 
 def new_event_loop(config: Config) -> asyncio.AbstractEventLoop:
@@ -126,6 +133,9 @@ class CoreRuntime(Hosting):
         # address when its owner is on another host (see listen_tcp).
         self.address = self.listen_path
         self._tcp_listeners: dict[tuple[str, int], TcpListener] = {}
+        # The interface other hosts reach this one at, once it listens on one: workers it
+        # starts from then on listen there too (dual addresses, see _transport._address).
+        self.advertise: str | None = None
         # Frame kinds the layers above handle (a host agent's RELAY, CAST, HOST, EVENT),
         # and where a REPLY that no request here waits for goes (an agent passes its
         # workers' replies on to their caller); both run on the loop thread.
@@ -201,34 +211,36 @@ class CoreRuntime(Hosting):
         parent_path: str,
         info: dict[str, Any] | None = None,
         *,
-        advertise: str | None = None,
-        port: int = 0,
+        tcp_fd: int | None = None,
+        address: str | None = None,
     ) -> R:
         """Create the runtime of a worker on the calling thread's ``loop`` (not yet run).
 
         An owner at a ``tcp://`` address is on another host (or lets processes join): the
         worker then listens on TCP too, on ``Config.listen_host`` or else the interface
-        that reaches the owner, and introduces itself by that address. ``advertise`` asks
-        for the same with an owner on this host (a host agent's workers, whom other hosts
-        call): listen on that interface. ``port`` is the TCP port to take (0: any; a
-        restarted worker takes its predecessor's, so references to it stay valid).
-        ``info`` travels in the HELLO (a joining process says who it is), with the
-        worker's Unix socket added, where its owner on this host knows it by.
+        that reaches the owner, and introduces itself by that address. An owner on this
+        host whose workers other hosts call (a host agent's, or a controller's in a job
+        across hosts) gives the worker a listening TCP socket instead (``tcp_fd``, made
+        before the worker started, so its port and the worker's dual ``address`` were
+        known in advance; a restarted worker gets its predecessor's). ``info`` travels in
+        the HELLO (a joining process says who it is).
         """
         runtime = cls(config, loop, key=key)
         runtime.loop_thread_id = threading.get_ident()
         CoreRuntime._current = runtime
         loop.run_until_complete(runtime._listen())
-        if is_tcp(parent_path) or advertise:
-            here = route_source(parent_path) if is_tcp(parent_path) else str(advertise)
-            address = runtime.listen_tcp(config.listen_host or advertise or here, port)
-            if parse_tcp(address)[0] in ("0.0.0.0", "::"):
-                # Listening everywhere: peers reach us where our owner does.
-                address = format_tcp(here, parse_tcp(address)[1])
+        if tcp_fd is not None and address is not None:
+            runtime.listen_tcp(sock=socket.socket(fileno=tcp_fd))
             runtime.address = address
+        elif is_tcp(parent_path):
+            here = route_source(parent_path)
+            tcp = runtime.listen_tcp(config.listen_host or here)
+            if parse_tcp(tcp)[0] in ("0.0.0.0", "::"):
+                # Listening everywhere: peers reach us where our owner does.
+                tcp = format_tcp(here, parse_tcp(tcp)[1])
+            runtime.address = tcp
         runtime._parent = runtime.connection(parent_path)
-        details = {**(info or {}), "unix": runtime.listen_path}
-        hello = (env.HELLO, runtime.address, os.getpid(), key, details)
+        hello = (env.HELLO, runtime.address, os.getpid(), key, info or {})
         runtime._parent.send([env.encode_header(hello)])
         return runtime
 
@@ -275,22 +287,35 @@ class CoreRuntime(Hosting):
         """The reply route of the foreign event loop running on this thread, if any."""
         return self.routes.current()
 
-    def listen_tcp(self, host: str | None = None, port: int = 0) -> str:
+    def listen_tcp(
+        self, host: str | None = None, port: int = 0, *, sock: socket.socket | None = None
+    ) -> str:
         """Also accept TCP connections from peers with the job's secret; their address.
 
         ``host`` defaults to ``Config.listen_host``, else loopback; port 0 picks a free
         one. Asking again for a host already listened on returns the same address.
+        ``sock``: listen on this socket, already bound and listening, instead.
+
+        Listening on an interface other hosts reach makes it where this process' new
+        workers listen too (``advertise``): a job across hosts can call them.
         """
         host = host or self.config.listen_host or "127.0.0.1"
         with self._conns_lock:
             for (bound_host, bound_port), listener in self._tcp_listeners.items():
-                if bound_host == host and port in (0, bound_port):
+                if sock is None and bound_host == host and port in (0, bound_port):
                     return listener.address
             listener = TcpListener(
-                host, port, secret=self.secret, on_accept=self._tcp_accepted, limits=self.limits
+                host,
+                port,
+                secret=self.secret,
+                on_accept=self._tcp_accepted,
+                limits=self.limits,
+                sock=sock,
             )
-            self._tcp_listeners[(host, listener.port)] = listener
+            self._tcp_listeners[(listener.host, listener.port)] = listener
         listener.start()
+        if sock is None and self.advertise is None and not _local_only(listener.host):
+            self.advertise = listener.host
         return listener.address
 
     def stop_listening(self, address: str) -> None:
@@ -377,7 +402,8 @@ class CoreRuntime(Hosting):
         conn = self._conns.get(path)
         if conn is not None and not conn.closed:
             return conn
-        tcp = is_tcp(path)
+        concrete = route(path)  # of a dual address, the Unix socket here, else the TCP one
+        tcp = is_tcp(concrete)
         with self._conns_lock:
             conn = self._conns.get(path)
             if conn is not None and not conn.closed:

@@ -90,7 +90,9 @@ class Agent:
     def __init__(self, runtime: Runtime, advertise: str) -> None:
         # Nothing else needs to hold the agent: the handlers it registers below do.
         self.runtime = runtime
-        self.advertise = advertise
+        # This host's workers listen where other hosts reach it (dual addresses).
+        runtime.advertise = advertise
+        runtime.owner_decides_restarts = True
         self._owner = runtime.parent
         # Workers by the address the owner knows them by (their TCP address).
         self._workers: dict[str, ChildProcess] = {}
@@ -116,6 +118,8 @@ class Agent:
             self.runtime.loop.create_task(self._answer(conn, req_id, self._relaunch(*args)))
         elif op == "signal":
             self._signal(*args)
+        elif op == "release":
+            self._release(*args)
         else:
             raise ValueError(f"unknown host operation {op!r}")
 
@@ -132,23 +136,23 @@ class Agent:
 
     async def _spawn(self, specs: Sequence[WorkerSpec]) -> list[tuple[str, int]]:
         """Start the workers and wait until each joined; ``(address, pid)`` of each."""
-        children = await self.runtime.start_processes(
-            [(s.key, s.rank, {**s.env, "ACTORMESH_ADVERTISE": self.advertise}) for s in specs]
-        )
+        children = await self.runtime.start_processes([(s.key, s.rank, s.env) for s in specs])
         for child in children:
-            self._workers[child.address] = child
-        return [(child.address, child.pid) for child in children]
+            self._workers[child.listen_path] = child
+        return [(child.listen_path, child.pid) for child in children]
 
     async def _relaunch(self, address: str) -> int:
         """Start a new worker in the place of the dead one at ``address``; its pid."""
-        old = self._workers[address]
-        port = address.rsplit(":", 1)[1]
-        old.env["ACTORMESH_PORT"] = port  # the new one takes the same TCP port
-        new = await self.runtime.relaunch(old)
-        self._workers[new.address] = new
-        if new.address != address:
-            raise RuntimeError(f"the restarted worker listens at {new.address}, not {address}")
+        new = await self.runtime.relaunch(self._workers[address])  # same address, same port
+        self._workers[new.listen_path] = new
         return new.pid
+
+    def _release(self, address: str) -> None:
+        """The owner will not restart the dead worker at ``address``: let its port go."""
+        worker = self._workers.get(address)
+        if worker is not None and not worker.alive():
+            del self._workers[address]
+            worker.release_address()
 
     def _signal(self, address: str, sig: int) -> None:
         child = self._workers.get(address)
@@ -220,9 +224,9 @@ class Agent:
     def _worker_exited(self, child: ChildProcess, reason: str) -> None:
         # Batches waiting on it go out with what they have: the owner fails its ranks.
         for req_id, batch in list(self._batches.items()):
-            if batch.waiting.pop(child.address, None) is not None and not batch.waiting:
+            if batch.waiting.pop(child.listen_path, None) is not None and not batch.waiting:
                 self._flush(req_id)
-        self._event("exited", child.address, {"reason": reason, "code": child.returncode})
+        self._event("exited", child.listen_path, {"reason": reason, "code": child.returncode})
 
     def output(self, stream: str, text: str) -> None:
         """Send output of this host's workers to the owner's ``stream``."""

@@ -114,6 +114,10 @@ class RelayedProcess(ChildProcess):
         if self.alive():
             self.link.signal(self.listen_path, sig)
 
+    def release_address(self) -> None:
+        """Its agent may let its TCP port go: nobody will restart this rank."""
+        self.link.release(self.listen_path)
+
 
 class _HostRequest:
     """One host operation waiting for the agent's answer (a core ``ReplyHandler``)."""
@@ -196,9 +200,16 @@ class AgentLink:
 
     def signal(self, address: str, sig: int) -> None:
         """Ask the agent to send ``sig`` to the worker at ``address`` (fire and forget)."""
-        payload, _ = dumps((address, int(sig)))
+        self._tell("signal", address, int(sig))
+
+    def release(self, address: str) -> None:
+        """Tell the agent the dead worker at ``address`` will not be restarted."""
+        self._tell("release", address)
+
+    def _tell(self, op: str, *args: Any) -> None:
+        payload, _ = dumps(args)
         with contextlib.suppress(TransportClosed):
-            self.conn.send([env.encode_header((env.HOST, 0, "signal")), payload])
+            self.conn.send([env.encode_header((env.HOST, 0, op)), payload])
 
     def relay(self, address: str) -> RelayConnection:
         """The way to the worker at ``address``."""

@@ -113,8 +113,6 @@ def serve(
     info: dict[str, Any] | None = None,
     *,
     own_group: bool = True,
-    advertise: str | None = None,
-    port: int = 0,
     prefix_output: bool = True,
     setup: Callable[[Runtime], None] | None = None,
 ) -> None:
@@ -122,8 +120,8 @@ def serve(
 
     ``info`` travels in the HELLO (a process that joins by itself says who it is).
     ``own_group`` False: the process group belongs to whoever started this process, so
-    only this process' descendants die with it. ``advertise`` and ``port``: see
-    ``Runtime.start_worker``. ``prefix_output``: prefix each line this process prints
+    only this process' descendants die with it. ``prefix_output``: prefix each line this
+    process prints
     with its actor's label (when the owner asked for ``ACTORMESH_OUTPUT=prefix``).
     ``setup`` runs once the runtime is up, before the loop (what the process is for:
     hosting actors, or being a host agent).
@@ -141,7 +139,13 @@ def serve(
         install_prefix_streams(f"[{os.environ.get('ACTORMESH_PROC_MESH', 'procs')} {coords}]")
     loop = new_event_loop(config)
     asyncio.set_event_loop(loop)
-    runtime = Runtime.start_worker(config, loop, key, owner, info, advertise=advertise, port=port)
+    # An owner on this host that lets other hosts call us made our TCP socket, and so our
+    # address, before we started (see Runtime.start_processes).
+    tcp_fd = os.environ.pop("ACTORMESH_TCP_FD", None)
+    address = os.environ.pop("ACTORMESH_ADDRESS", None)
+    runtime = Runtime.start_worker(
+        config, loop, key, owner, info, tcp_fd=int(tcp_fd) if tcp_fd else None, address=address
+    )
     if is_tcp(owner):
         _watch_owner_connection(runtime.connection(owner).fileno())
     if setup is not None:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -54,8 +55,6 @@ class ChildProcess:
         self.key = key
         self.rank = rank
         self.listen_path = listen_path
-        # Where other processes reach it: its Unix socket, or the TCP address it advertises.
-        self.address = listen_path
         self.popen = popen
         self.pid = popen.pid
         self.stopping = False  # set when the owner asks it to exit: its death is expected
@@ -65,6 +64,9 @@ class ChildProcess:
         self.restart_note: str | None = None
         self.restarts = 0  # how many processes held this rank before this one
         self.env: dict[str, str] = {}  # what it was started with beyond our environment
+        # Its TCP listening socket, made here and inherited (see Runtime.start_processes):
+        # kept while the rank may be restarted, so a successor takes the same port.
+        self.tcp_socket: socket.socket | None = None
         self._pidfd: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -109,6 +111,12 @@ class ChildProcess:
         """Send ``sig`` to the worker and everything it started."""
         kill_process_group(self.pid, sig)
 
+    def release_address(self) -> None:
+        """Nobody will listen at this rank's address again: close its kept TCP socket."""
+        sock, self.tcp_socket = self.tcp_socket, None
+        if sock is not None:
+            sock.close()
+
 
 def kill_process_group(pid: int, sig: int) -> None:
     """Signal the process group led by ``pid`` (workers lead their own), ignoring the gone."""
@@ -126,8 +134,15 @@ def launch(
     listen_path: str,
     env: Mapping[str, str],
     output: str,
+    tcp_socket: socket.socket | None = None,
 ) -> ChildProcess:
-    """Start one worker; its stdout/stderr are pipes when ``output`` is "prefix"."""
+    """Start one worker; its stdout/stderr are pipes when ``output`` is "prefix".
+
+    ``tcp_socket``: a listening socket the worker inherits (its number in
+    ``ACTORMESH_TCP_FD``) and accepts TCP peers on.
+    """
+    if tcp_socket is not None:
+        env = {**env, "ACTORMESH_TCP_FD": str(tcp_socket.fileno())}
     if output == "prefix":
         stdout: int | None = subprocess.PIPE
     elif output == "off":
@@ -142,7 +157,9 @@ def launch(
         stderr=stdout,
         start_new_session=True,
         close_fds=True,
+        pass_fds=() if tcp_socket is None else (tcp_socket.fileno(),),
     )
     child = ChildProcess(key, rank, listen_path, popen)
     child.env = dict(env)
+    child.tcp_socket = tcp_socket
     return child

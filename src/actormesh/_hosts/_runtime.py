@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,7 +24,16 @@ from .._core import CoreRuntime, loads
 from .._core import _envelope as env
 from .._core._deferral import Deferrals, Resume
 from .._exceptions import ActorDiedError
-from .._transport import Connection, TransportClosed, is_abstract, is_tcp
+from .._transport import (
+    Connection,
+    TransportClosed,
+    dual_address,
+    format_tcp,
+    is_abstract,
+    is_tcp,
+    listening_socket,
+    unix_part,
+)
 from ._agent_link import AgentLink, RelayConnection, RelayedProcess, WorkerSpec
 from ._heartbeat import HeartbeatMonitor
 from ._output import PipeForwarder
@@ -52,6 +62,9 @@ class Runtime(CoreRuntime):
         self.relaunch_policy: Callable[[ChildProcess], bool] | None = None
         self._deferrals = Deferrals()
         self.joins = Joins()  # who waits for processes that dial in over TCP
+        # A host agent relaunches a worker when its owner asks, maybe after the worker
+        # died: it keeps a dead worker's TCP socket until the owner says (see release).
+        self.owner_decides_restarts = False
         # Host agents this process owns, by their connection (see _agent_link).
         self.agents: dict[Connection, AgentLink] = {}
         self.frame_kinds[env.EVENT] = self._on_agent_event
@@ -98,36 +111,16 @@ class Runtime(CoreRuntime):
     ) -> list[ChildProcess]:
         """Start one worker per ``(key, rank, env)`` and wait until each has joined.
 
-        On failure (a worker dies early, or the spawn timeout passes) every process started
-        here is killed before the error propagates.
+        Once this process advertises an interface to other hosts (``advertise``), each
+        worker listens there too, on a socket made here and inherited: its dual address
+        (Unix socket and TCP) is known before it starts, and stays its own across
+        restarts. On failure (a worker dies early, or the spawn timeout passes) every
+        process started here is killed before the error propagates.
         """
         children: list[ChildProcess] = []
-        output = self.config.output
         try:
             for key, rank, extra_env in specs:
-                path = os.path.join(self.socket_dir, f"{key}.sock")
-                process_env = {
-                    **extra_env,
-                    "ACTORMESH_KEY": key,
-                    "ACTORMESH_PARENT": self.listen_path,
-                    "ACTORMESH_PARENT_PID": str(os.getpid()),
-                    "ACTORMESH_SOCKET_DIR": self.socket_dir,
-                    "ACTORMESH_OUTPUT": output,
-                    "ACTORMESH_SECRET": self.secret,
-                }
-                self._hello[path] = self.loop.create_future()
-                child = launch(key=key, rank=rank, listen_path=path, env=process_env, output=output)
-                children.append(child)
-                self._children[path] = child
-                if output == "prefix":
-                    forwarders = [
-                        PipeForwarder(self.loop, child.popen.stdout, "stdout"),
-                        PipeForwarder(self.loop, child.popen.stderr, "stderr"),
-                    ]
-                    for forwarder in forwarders:
-                        forwarder.start()
-                    self._forwarders[path] = forwarders
-                child.watch(self.loop, self._child_exited)
+                children.append(self._launch(key, rank, extra_env))
             waits = [self._hello[c.listen_path] for c in children]
             done, _ = await asyncio.wait(
                 waits, timeout=self.config.spawn_timeout, return_when=asyncio.FIRST_EXCEPTION
@@ -149,23 +142,54 @@ class Runtime(CoreRuntime):
                 self._hello.pop(child.listen_path, None)
         return children
 
+    def _launch(
+        self, key: str, rank: int, extra_env: dict[str, str], tcp: socket.socket | None = None
+    ) -> ChildProcess:
+        """Start one worker (loop thread); it joins by its HELLO."""
+        output = self.config.output
+        path = os.path.join(self.socket_dir, f"{key}.sock")
+        process_env = {
+            **extra_env,
+            "ACTORMESH_KEY": key,
+            "ACTORMESH_PARENT": self.listen_path,
+            "ACTORMESH_PARENT_PID": str(os.getpid()),
+            "ACTORMESH_SOCKET_DIR": self.socket_dir,
+            "ACTORMESH_OUTPUT": output,
+            "ACTORMESH_SECRET": self.secret,
+        }
+        if tcp is None and self.advertise is not None:
+            tcp = listening_socket(self.advertise)
+        if tcp is not None:
+            host, port = tcp.getsockname()[:2]
+            path = dual_address(path, format_tcp(host, port))
+            process_env["ACTORMESH_ADDRESS"] = path
+        self._hello[path] = self.loop.create_future()
+        child = launch(
+            key=key, rank=rank, listen_path=path, env=process_env, output=output, tcp_socket=tcp
+        )
+        self._children[path] = child
+        if output == "prefix":
+            forwarders = [
+                PipeForwarder(self.loop, child.popen.stdout, "stdout"),
+                PipeForwarder(self.loop, child.popen.stderr, "stderr"),
+            ]
+            for forwarder in forwarders:
+                forwarder.start()
+            self._forwarders[path] = forwarders
+        child.watch(self.loop, self._child_exited)
+        return child
+
     def _handle_hello(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, address, pid, key, *rest = header
-        info = rest[0] if rest else {}
-        # A worker started here is known by its Unix socket, whatever it advertises.
-        path = info.get("unix", address) if isinstance(info, dict) else address
+        _, path, pid, key, info = header
         child = self._children.get(path)
-        if child is None and is_tcp(address):
+        if child is None and is_tcp(path):
             # A process this one did not start dialled in: whoever waits for it adopts it.
-            self.joins.offer(Joined(conn, address, pid, key, info))
+            self.joins.offer(Joined(conn, path, pid, key, info))
             return
         with self._conns_lock:
             self._conns[path] = conn
-            if address != path:
-                self._conns[address] = conn
         conn.peer = path
         if child is not None:
-            child.address = address
             self._child_conns[conn] = child
             self._monitor().track(child)
         waiter = self._hello.get(path)
@@ -337,6 +361,8 @@ class Runtime(CoreRuntime):
         child.signal_group(signal.SIGKILL)
         if child.returncode != 0 and child.local:
             kill_tagged("ACTORMESH_KEY", child.key)
+        if not self._deferrals.active(path) and not self.owner_decides_restarts:
+            child.release_address()  # no successor will listen there
 
     def relaunching(self, path: str) -> bool:
         """True while the process at ``path`` is being restarted (any thread)."""
@@ -359,11 +385,21 @@ class Runtime(CoreRuntime):
             relayed = await child.link.relaunch(child)
             self._own_relayed(relayed)
             return relayed
-        if not is_abstract(child.listen_path):
+        unix = unix_part(child.listen_path)
+        if not is_abstract(unix):
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(child.listen_path)  # the dead process could not remove its socket
+                os.unlink(unix)  # the dead process could not remove its socket
         env = {**child.env, "ACTORMESH_RESTARTS": str(child.restarts + 1)}
-        (new,) = await self.start_processes([(child.key, child.rank, env)])
+        # The same TCP socket too: the new process answers at the old address.
+        new = self._launch(child.key, child.rank, env, child.tcp_socket)
+        try:
+            waiter = self._hello[new.listen_path]
+            await asyncio.wait_for(waiter, self.config.spawn_timeout)
+        except BaseException:
+            await self.stop_processes([new], grace=0.0)
+            raise
+        finally:
+            self._hello.pop(new.listen_path, None)
         new.restarts = child.restarts + 1
         return new
 
@@ -397,6 +433,7 @@ class Runtime(CoreRuntime):
         for child in children:
             child.signal_group(signal.SIGKILL)
             self._children.pop(child.listen_path, None)
+            child.release_address()
 
     def children(self) -> list[ChildProcess]:
         """Worker processes started by this runtime that have not been stopped."""

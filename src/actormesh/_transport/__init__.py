@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
-from ._address import connect_address, is_tcp, unix_path
+from ._address import (
+    connect_address,
+    dual_address,
+    host_id,
+    is_tcp,
+    route,
+    unix_part,
+    unix_path,
+)
 from ._auth import AuthenticationError, new_secret
 from ._connection import Connection, TransportClosed
 from ._gatekeeper import Gatekeeper, Limits
 from ._steps import Steps, run_blocking
-from ._tcp import TcpListener, connect_tcp, format_tcp, parse_tcp, route_source
+from ._tcp import (
+    TcpListener,
+    connect_tcp,
+    format_tcp,
+    listening_socket,
+    parse_tcp,
+    route_source,
+)
 from ._unix import Listener, connect_unix, is_abstract, private_socket_dir
 
 __all__ = [
@@ -22,13 +37,18 @@ __all__ = [
     "connect_address",
     "connect_tcp",
     "connect_unix",
+    "dual_address",
     "format_tcp",
+    "host_id",
     "is_abstract",
     "is_tcp",
+    "listening_socket",
     "new_secret",
     "parse_tcp",
     "private_socket_dir",
+    "route",
     "route_source",
     "run_blocking",
+    "unix_part",
     "unix_path",
 ]

@@ -23,6 +23,7 @@ __all__ = [
     "TcpListener",
     "connect_tcp",
     "format_tcp",
+    "listening_socket",
     "parse_tcp",
     "route_source",
 ]
@@ -74,6 +75,20 @@ def _tune(sock: socket.socket) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
+def listening_socket(host: str, port: int = 0) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (0: any free port) and listening."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def connect_tcp(
     host: str, port: int, *, secret: str, timeout: float = HANDSHAKE_TIMEOUT
 ) -> socket.socket:
@@ -106,6 +121,9 @@ class TcpListener:
         host: interface to bind (``"127.0.0.1"``: this host only; ``"0.0.0.0"``: all).
         port: port to bind (0: any free one; see ``port``).
         secret: the job's secret.
+        sock: a socket already bound and listening (its owner made it and handed it
+            over, so its port was known before this process started); ``host`` and
+            ``port`` are then read from it.
         on_accept: called with each authenticated socket, on the listener's thread (hand
             it to the event loop from there).
         limits: the handshake deadline and the caps on handshakes in progress.
@@ -119,20 +137,15 @@ class TcpListener:
         secret: str,
         on_accept: Callable[[socket.socket], None],
         limits: Limits | None = None,
+        sock: socket.socket | None = None,
     ) -> None:
         if not secret:
             raise AuthenticationError("a TCP listener needs a secret (Config.secret)")
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-            sock.listen(1024)
-        except BaseException:
-            sock.close()
-            raise
-        self.host = host
-        self.port: int = sock.getsockname()[1]
+        if sock is None:
+            sock = listening_socket(host, port)
+        bound = sock.getsockname()
+        self.host = str(bound[0])
+        self.port: int = bound[1]
         self._on_accept = on_accept
         self.gatekeeper = Gatekeeper(
             sock,
