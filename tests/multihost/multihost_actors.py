@@ -82,3 +82,17 @@ class Where(Actor):
     def restarts(self) -> int:
         """How many processes held this rank before this one."""
         return int(os.environ.get("ACTORMESH_RESTARTS", "0"))
+
+
+class RayUser(Actor):
+    """Code that uses Ray from inside an actor placed by RayAllocator."""
+
+    @endpoint
+    def cluster(self) -> dict[str, Any]:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(log_to_driver=False)  # RAY_ADDRESS, set by the allocator, says where
+        context = ray.get_runtime_context()
+        alive = [node for node in ray.nodes() if node.get("Alive")]
+        return {"gcs": context.gcs_address, "nodes": len(alive)}

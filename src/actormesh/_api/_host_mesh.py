@@ -42,6 +42,8 @@ class _Hosts:
         self.links = links
         self.allocator = allocator
         self.stopped = False
+        # Process meshes started on these hosts: stopped before the hosts go.
+        self.procs: list[ProcMesh] = []
 
 
 class HostMesh(Shaped):
@@ -129,7 +131,9 @@ class HostMesh(Shaped):
             return managed(runtime, label, children, LocalAllocator(), shape, policy)
 
         wait = runtime.config.spawn_timeout * 2 + 30  # the launch itself times out first
-        return runtime.submit(build()).result(wait)
+        procs = runtime.submit(build()).result(wait)
+        self._hosts.procs.append(procs)
+        return procs
 
     def shutdown(self) -> Future[None]:
         """End the host agents of this mesh, and with them every process they started.
@@ -144,8 +148,14 @@ class HostMesh(Shaped):
             return _from_concurrent(runtime, runtime.submit(_nothing()))
         hosts.stopped = True
         grace = runtime.config.stop_grace
-        agents: list[ChildProcess] = [link.process for link in links]
-        return _from_concurrent(runtime, runtime.submit(runtime.stop_processes(agents, grace)))
+
+        async def stop() -> None:
+            # Their processes first: ending with the hosts is no failure of theirs.
+            for procs in hosts.procs:
+                await procs.stop()
+            await hosts.allocator.stop_hosts(runtime, links, grace)
+
+        return _from_concurrent(runtime, runtime.submit(stop()))
 
     def stop(self) -> Future[None]:
         """The same as ``shutdown()``."""

@@ -140,6 +140,10 @@ class RemoteProcess(ChildProcess):
         self._kill = kill
         self._on_exit: Callable[[ChildProcess], None] | None = None
 
+    def kill_with(self, kill: Callable[[], None]) -> None:
+        """How to end it for sure (the Ray actor that holds it, say), from now on."""
+        self._kill = kill
+
     def watch(self, loop: Any, on_exit: Callable[[ChildProcess], None]) -> None:
         """Call ``on_exit`` on ``loop`` once the process is gone (its connection closed)."""
         self._loop = loop

@@ -126,6 +126,10 @@ class ExternalAllocator:
         ordered = sorted(joined, key=lambda j: (str(j.info.get("host", "")), j.address))
         return [runtime.adopt_agent(j) for j in ordered]
 
+    async def stop_hosts(self, runtime: Runtime, links: Sequence[AgentLink], grace: float) -> None:
+        """Let the host agents go: they exit, and end every process they started."""
+        await runtime.stop_processes([link.process for link in links], grace)
+
     async def stop(self, runtime: Runtime, processes: Sequence[ChildProcess], grace: float) -> None:
         """Ask the processes to exit, and close their connections (which ends them)."""
         await runtime.stop_processes(processes, grace)

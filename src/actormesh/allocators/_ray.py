@@ -17,12 +17,16 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._api._allocator import ProcessSpec
 from .._hosts import ChildProcess, Runtime
+from .._hosts._agent_link import AgentLink
+from .._hosts._remote import Joined
+from .._shape import Point
 from .._transport import format_tcp, parse_tcp
 from ._joining import JoinWait
 from ._ray_host import ProcessHost
@@ -34,6 +38,7 @@ log = logging.getLogger("actormesh.allocators")
 Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 _HOST_CLASSES: dict[int, Any] = {}
+_AGENT_MODULE = "actormesh._hosts._agent"
 
 
 def _import_ray() -> Any:
@@ -84,7 +89,8 @@ class RayAllocator:
 
     Args:
         strategy: how bundles spread over nodes: ``"PACK"`` (few nodes), ``"SPREAD"``
-            (many nodes), or their ``STRICT_`` forms.
+            (many nodes), or their ``STRICT_`` forms. Host agents (``host_mesh``) are
+            spread one per node (``"STRICT_SPREAD"``) unless ``host_strategy`` says else.
         cpus_per_process: CPUs each bundle reserves.
         gpus_per_process: GPUs each bundle reserves (Ray sets ``CUDA_VISIBLE_DEVICES``).
         resources: further custom resources per bundle.
@@ -94,6 +100,11 @@ class RayAllocator:
         timeout: seconds for placement and joining (``None``: ``Config.spawn_timeout``).
         init: keyword arguments for ``ray.init()`` when Ray is not initialized yet (it
             then connects to ``RAY_ADDRESS`` or starts a local cluster).
+        host_strategy: the placement strategy of host agents.
+
+    For ``proc_mesh`` each bundle (``cpus_per_process``, ``gpus_per_process``,
+    ``resources``) holds one process; for ``host_mesh`` it holds one host agent and the
+    processes it will start there.
 
     Example::
 
@@ -110,6 +121,7 @@ class RayAllocator:
         listen_host: str | None = None,
         timeout: float | None = None,
         init: Mapping[str, Any] | None = None,
+        host_strategy: Strategy = "STRICT_SPREAD",
     ) -> None:
         if strategy not in _STRATEGIES:
             raise ValueError(f"strategy must be one of {', '.join(_STRATEGIES)}, not {strategy!r}")
@@ -120,6 +132,7 @@ class RayAllocator:
         if not self.bundle:
             raise ValueError("each process must reserve some resource (CPU, GPU or custom)")
         self.strategy = strategy
+        self.host_strategy = host_strategy
         self._cpus = cpus_per_process
         self._gpus = gpus_per_process
         self._resources = dict(resources or {})
@@ -130,35 +143,73 @@ class RayAllocator:
 
     async def start(self, runtime: Runtime, specs: Sequence[ProcessSpec]) -> list[ChildProcess]:
         """Reserve the bundles, start a worker in each, and wait until all joined."""
+        joined, placement = await self._allocate(runtime, specs, "actormesh._bootstrap", False)
+        children: list[ChildProcess] = [
+            runtime.adopt(on_node, spec.rank, kill=placement.killer(index))
+            for index, (spec, on_node) in enumerate(zip(specs, joined))
+        ]
+        if children:
+            self._placements[children[0].key] = placement
+        return children
+
+    async def start_hosts(self, runtime: Runtime, count: int) -> list[AgentLink]:
+        """Place ``count`` host agents, one per Ray node (the placement group's strategy:
+        ``STRICT_SPREAD`` unless told otherwise), each reserving one bundle; own them.
+
+        Each agent holds its bundle's resources (its GPUs in ``CUDA_VISIBLE_DEVICES``) for
+        the processes ``spawn_procs`` asks it for. Shutting the host mesh down ends the
+        agents, and their Ray actors and placement group go with them.
+        """
+        specs = [
+            ProcessSpec(f"agent-{uuid.uuid4().hex[:8]}-{i}", i, Point((), (), ()))
+            for i in range(count)
+        ]
+        joined, placement = await self._allocate(runtime, specs, _AGENT_MODULE, True)
+        links = []
+        for index, on_node in enumerate(joined):
+            link = runtime.adopt_agent(on_node)
+            link.process.kill_with(placement.killer(index))
+            links.append(link)
+        if links:
+            self._placements[links[0].process.key] = placement
+        return links
+
+    async def _allocate(
+        self, runtime: Runtime, specs: Sequence[ProcessSpec], module: str, hosts: bool
+    ) -> tuple[list[Joined], _Placement]:
+        """Place one Ray actor per spec, start ``module`` in each, and wait until every
+        process joined: the processes in spec order, each naming its Ray node as host."""
         ray = _import_ray()
         timeout = runtime.config.spawn_timeout if self._timeout is None else self._timeout
         host, reachable = await asyncio.to_thread(self._controller_host, ray, runtime)
         address = runtime.listen_tcp(host)
-        if host in ("0.0.0.0", "::"):  # listening everywhere: workers dial this node's IP
+        if host in ("0.0.0.0", "::"):  # listening everywhere: they dial this node's IP
             address = format_tcp(reachable, parse_tcp(address)[1])
         keys = {spec.key for spec in specs}
         waiting = JoinWait(runtime, len(specs), accept=lambda joined: joined.key in keys)
         placement: _Placement | None = None
         try:
-            placement = await asyncio.to_thread(self._place, ray, specs, address, runtime, timeout)
-            joined = await waiting.wait(timeout, f"at {address} from Ray")
+            placement = await asyncio.to_thread(
+                self._place, ray, specs, address, runtime, timeout, module, hosts
+            )
+            arrived = await waiting.wait(timeout, f"at {address} from Ray")
         except BaseException:
             waiting.close()
             if placement is not None:
                 await asyncio.to_thread(placement.release)
             raise
-        by_key = {j.key: j for j in joined}
-        children: list[ChildProcess] = []
-        for index, spec in enumerate(specs):
-            # Name the Ray node in messages about the process ("... on Ray node 10.0.0.5").
-            node = placement.where[index].get("node", "?")
-            on_node = dataclasses.replace(
-                by_key[spec.key], info={**by_key[spec.key].info, "host": f"Ray node {node}"}
-            )
-            children.append(runtime.adopt(on_node, spec.rank, kill=placement.killer(index)))
-        if children:
-            self._placements[children[0].key] = placement
-        return children
+        by_key = {j.key: j for j in arrived}
+        joined = []
+        for spec, where in zip(specs, placement.where):
+            # Messages about the process name its node ("... on Ray node 10.0.0.5 (a3f0)").
+            node = f"Ray node {where.get('node', '?')} ({str(where.get('node_id', '?'))[:8]})"
+            info = {**by_key[spec.key].info, "host": node}
+            joined.append(dataclasses.replace(by_key[spec.key], info=info))
+        return joined, placement
+
+    async def stop_hosts(self, runtime: Runtime, links: Sequence[AgentLink], grace: float) -> None:
+        """End the host agents (and their processes), their Ray actors and placement."""
+        await self.stop(runtime, [link.process for link in links], grace)
 
     async def stop(self, runtime: Runtime, processes: Sequence[ChildProcess], grace: float) -> None:
         """Stop the workers, kill their Ray actors and remove the placement group."""
@@ -184,18 +235,21 @@ class RayAllocator:
         address: str,
         runtime: Runtime,
         timeout: float,
+        module: str = "actormesh._bootstrap",
+        hosts: bool = False,
     ) -> _Placement:
         from ray.util import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        group = placement_group([dict(self.bundle) for _ in specs], strategy=self.strategy)
+        strategy = self.host_strategy if hosts else self.strategy
+        group = placement_group([dict(self.bundle) for _ in specs], strategy=strategy)
         placement = _Placement(ray, group, [], [])
         try:
             ready, _ = ray.wait([group.ready()], timeout=timeout)
             if not ready:
                 raise TimeoutError(
                     f"Ray could not place {len(specs)} bundles of {self.bundle} "
-                    f"({self.strategy}) within {timeout:g} s; free resources: "
+                    f"({strategy}) within {timeout:g} s; free resources: "
                     f"{ray.available_resources()}"
                 )
             host_class = _host_class(ray)
@@ -209,7 +263,7 @@ class RayAllocator:
                     ).remote()
                 )
             started = [
-                actor.start.remote(self._environment(spec, address, runtime))
+                actor.start.remote(self._environment(spec, address, runtime), module)
                 for actor, spec in zip(placement.actors, specs)
             ]
             placement.where = ray.get(started, timeout=timeout)
