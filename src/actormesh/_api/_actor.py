@@ -38,11 +38,14 @@ log = logging.getLogger("actormesh.actor")
 RESERVED_NAMES = frozenset(
     {
         "actor_class",
+        "extent",
         "flatten",
+        "initialized",
         "name",
         "rename",
         "shape",
         "size",
+        "sizes",
         "slice",
         "split",
         "stats",
