@@ -114,7 +114,7 @@ def test_the_rpc_rendezvous_completes_while_idle_peers_hold_its_port(figures: An
     results: dict[int, list[Member]] = {}
 
     def run(rank: int) -> None:
-        results[rank] = rendezvous(members[rank], ("127.0.0.1", port), timeout=40)
+        results[rank] = rendezvous(members[rank], ("127.0.0.1", port), timeout=40)[0]
 
     leader = threading.Thread(target=run, args=(0,), daemon=True)
     leader.start()

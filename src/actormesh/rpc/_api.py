@@ -18,6 +18,7 @@ import torch
 from .._core._envelope import STOP_MESH
 from .._exceptions import SerializationError
 from .._hosts import Runtime
+from .._transport import dual_address, format_tcp, listening_socket, route_source
 from ._agent import Agent
 from ._dist_autograd import Context, Engine, current_context, engine
 from ._errors import RpcTimeoutError
@@ -74,7 +75,10 @@ def init_rpc(
 
     Every one of the ``world_size`` processes calls this; it returns once all have met
     at the rendezvous (run by rank 0 at ``MASTER_ADDR:MASTER_PORT`` or the options'
-    ``tcp://`` init method). Processes may be started any way, on this host.
+    ``tcp://`` init method). Processes may be started any way, on any hosts that reach
+    rank 0: workers of one host talk over Unix sockets, others over TCP on the interface
+    that reaches rank 0, authenticated with the job's secret (``ACTORMESH_SECRET`` when
+    every worker has it; else rank 0's, handed out at the rendezvous).
 
     Args:
         name: unique name of this worker (letters, digits, ``_``, ``:``, ``-``).
@@ -109,19 +113,34 @@ def init_rpc(
         agent = Agent()
         mesh_id = f"rpc-{uuid.uuid4().hex[:16]}"
         _host(runtime, agent, mesh_id, name, rank)
+        # Peers on other hosts reach this one over TCP where it reaches rank 0; the socket
+        # is bound now (its port goes in our record) and listens once the secret is known.
+        listening = listening_socket(route_source(format_tcp(*address)))
+        host, port = listening.getsockname()[:2]
         me = Member(
             name=name,
             rank=rank,
             world_size=world_size,
             host=socket.gethostname(),
             pid=os.getpid(),
-            path=runtime.listen_path,
+            path=dual_address(runtime.listen_path, format_tcp(host, port)),
             agent=mesh_id,
         )
         try:
-            members = rendezvous(me, address, rpc_timeout or None, runtime.limits)
-            _check_one_host(me, members)
+            # The job's secret: everyone's own when set, else rank 0's (handed out).
+            mine = runtime.secret if runtime.config.secret else None
+            handed = runtime.secret if rank == 0 and mine is None else None
+            members, shared = rendezvous(me, address, rpc_timeout or None, runtime.limits, handed)
+            if mine is None and rank != 0:
+                if shared is None:
+                    raise RendezvousError(
+                        "init_rpc: rank 0 has ACTORMESH_SECRET set and this worker has not; "
+                        "give every worker the same ACTORMESH_SECRET"
+                    )
+                runtime.use_secret(shared)
+            runtime.listen_tcp(sock=listening)
         except BaseException:
+            listening.close()
             _unhost(runtime, mesh_id)
             raise
         state = RpcState(runtime, rank, members, rpc_timeout, threads)
@@ -196,15 +215,6 @@ def _unhost(runtime: Runtime, mesh_id: str) -> None:
     with contextlib.suppress(Exception):
         own = runtime.connection(runtime.listen_path)
         runtime.send(own, (STOP_MESH, 0, mesh_id), [])
-
-
-def _check_one_host(me: Member, members: list[Member]) -> None:
-    others = sorted({m.host for m in members} - {me.host})
-    if others:
-        raise RendezvousError(
-            f"init_rpc: workers run on several hosts ({me.host}, {', '.join(others)}); "
-            "actormesh.rpc connects workers of one host (Unix sockets) for now"
-        )
 
 
 # -- leaving --------------------------------------------------------------------------------

@@ -89,9 +89,15 @@ def parse_init_method(
 
 
 def rendezvous(
-    me: Member, address: tuple[str, int], timeout: float | None, limits: Limits | None = None
-) -> list[Member]:
-    """Meet the other ``me.world_size - 1`` workers; returns every member, by rank.
+    me: Member,
+    address: tuple[str, int],
+    timeout: float | None,
+    limits: Limits | None = None,
+    secret: str | None = None,
+) -> tuple[list[Member], str | None]:
+    """Meet the other ``me.world_size - 1`` workers; every member, by rank, and the secret
+    rank 0 handed out (``secret``, given by rank 0 when its workers have none of their
+    own: it travels unencrypted, as everything does in torch's own rendezvous).
 
     ``limits`` bound what peers that connect to rank 0 may hold before they have sent
     their record (see ``Gatekeeper``).
@@ -102,9 +108,9 @@ def rendezvous(
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     if me.world_size == 1:
-        return [me]
+        return [me], secret
     if me.rank == 0:
-        return _serve(me, address, deadline, timeout, limits)
+        return _serve(me, address, deadline, timeout, limits, secret), secret
     return _join(me, address, deadline, timeout)
 
 
@@ -117,6 +123,7 @@ def _serve(
     deadline: float | None,
     timeout: float | None,
     limits: Limits | None,
+    secret: str | None,
 ) -> list[Member]:
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -170,8 +177,11 @@ def _serve(
                 _send_quietly(sock, {"error": problem})
             raise RendezvousError(problem)
         directory = [asdict(members[rank]) for rank in range(me.world_size)]
+        answer: dict[str, object] = {"members": directory}
+        if secret is not None:
+            answer["secret"] = secret
         for sock in peers:
-            _send_quietly(sock, {"members": directory})
+            _send_quietly(sock, answer)
         # Wait for each peer to close its end, so none misses the directory when this
         # process exits early.
         for sock in peers:
@@ -211,7 +221,7 @@ def _conflict(members: dict[int, Member], new: Member, world_size: int) -> str:
 
 def _join(
     me: Member, address: tuple[str, int], deadline: float | None, timeout: float | None
-) -> list[Member]:
+) -> tuple[list[Member], str | None]:
     sock = _connect(address, deadline)
     if sock is None:
         raise RpcTimeoutError(
@@ -234,7 +244,8 @@ def _join(
     if "error" in reply:
         raise RendezvousError(f"init_rpc: {reply['error']}")
     records: list[dict[str, Any]] = reply["members"]
-    return [Member(**record) for record in records]
+    secret = reply.get("secret")
+    return [Member(**record) for record in records], str(secret) if secret else None
 
 
 def _connect(address: tuple[str, int], deadline: float | None) -> socket.socket | None:
