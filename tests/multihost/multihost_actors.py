@@ -96,3 +96,26 @@ class RayUser(Actor):
         context = ray.get_runtime_context()
         alive = [node for node in ray.nodes() if node.get("Alive")]
         return {"gcs": context.gcs_address, "nodes": len(alive)}
+
+
+class TorchPeer(Actor):
+    """A small model, for process groups and weight sync across hosts."""
+
+    def __init__(self, seed: int) -> None:
+        import torch
+
+        torch.manual_seed(seed)
+        self.model = torch.nn.Linear(256, 256)
+
+    @endpoint
+    def all_reduce(self, value: float) -> float:
+        import torch
+        import torch.distributed as dist
+
+        tensor = torch.tensor([value])
+        dist.all_reduce(tensor)
+        return float(tensor.item())
+
+    @endpoint
+    def weight_sum(self) -> float:
+        return float(sum(float(p.sum()) for p in self.model.parameters()))

@@ -285,3 +285,24 @@ def test_a_mesh_on_the_controllers_host_is_called_from_other_hosts(
         assert reached.get(timeout=30)["pid"] == local.where.call_one().get(timeout=30)["pid"]
         # The controller itself still talks to it over its Unix socket.
         assert route(address) == address.split("|")[0]
+
+
+def test_a_process_group_and_weight_sync_span_hosts(hosts: HostMesh) -> None:
+    from multihost_actors import TorchPeer
+
+    from actormesh.torch import setup_process_group, sync_weights
+
+    with (
+        hosts.slice(hosts=slice(0, 2)).spawn_procs(per_host={"gpus": 1}) as train_procs,
+        hosts.slice(hosts=2).spawn_procs(per_host={"gpus": 2}) as gen_procs,
+    ):
+        trainers = train_procs.spawn("trainers", TorchPeer, 0).get(timeout=60)
+        generators = gen_procs.spawn("generators", TorchPeer, 1).get(timeout=60)
+        setup_process_group(trainers).get(timeout=120)
+        sums = [trainers.slice(hosts=h).all_reduce.call_one(h + 1.5) for h in (0, 1)]
+        assert [s.get(timeout=60) for s in sums] == [4.0, 4.0]  # 1.5 + 2.5, on both hosts
+        trained = trainers.slice(hosts=0).weight_sum.call_one().get(timeout=30)
+        assert generators.weight_sum.call().get(timeout=30).values() != [trained, trained]
+        report = sync_weights(trainers, generators, version=1).get(timeout=120)
+        assert report.version == 1
+        assert generators.weight_sum.call().get(timeout=30).values() == [trained, trained]

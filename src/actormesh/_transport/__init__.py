@@ -8,6 +8,7 @@ from ._address import (
     host_id,
     is_tcp,
     route,
+    tcp_part,
     unix_part,
     unix_path,
 )
@@ -19,6 +20,7 @@ from ._tcp import (
     TcpListener,
     connect_tcp,
     format_tcp,
+    interface_of,
     listening_socket,
     parse_tcp,
     route_source,
@@ -40,6 +42,7 @@ __all__ = [
     "dual_address",
     "format_tcp",
     "host_id",
+    "interface_of",
     "is_abstract",
     "is_tcp",
     "listening_socket",
@@ -49,6 +52,7 @@ __all__ = [
     "route",
     "route_source",
     "run_blocking",
+    "tcp_part",
     "unix_part",
     "unix_path",
 ]

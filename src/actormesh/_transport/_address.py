@@ -23,6 +23,7 @@ __all__ = [
     "host_id",
     "is_tcp",
     "route",
+    "tcp_part",
     "unix_part",
     "unix_path",
 ]
@@ -59,6 +60,14 @@ def route(address: str) -> str:
         return address
     unix, tcp, host = address.split("|", 2)
     return unix if host == host_id() else tcp
+
+
+def tcp_part(address: str) -> str | None:
+    """The TCP address of a TCP or dual address (``None`` for a Unix-only one)."""
+    if is_tcp(address):
+        return address
+    parts = address.split("|")
+    return parts[1] if len(parts) == 3 else None
 
 
 def unix_part(address: str) -> str:

@@ -23,6 +23,7 @@ __all__ = [
     "TcpListener",
     "connect_tcp",
     "format_tcp",
+    "interface_of",
     "listening_socket",
     "parse_tcp",
     "route_source",
@@ -189,3 +190,21 @@ def route_source(address: str) -> str:
     with socket.socket(family, kind, proto) as probe:
         probe.connect(target)
         return str(probe.getsockname()[0])
+
+
+def interface_of(ip: str) -> str | None:
+    """The name of the network interface that has IPv4 address ``ip`` (``None``: none)."""
+    import fcntl
+    import struct
+
+    siocgifaddr = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                request = struct.pack("256s", name.encode()[:15])
+                answer = fcntl.ioctl(probe.fileno(), siocgifaddr, request)
+            except OSError:
+                continue  # no IPv4 address on it
+            if socket.inet_ntoa(answer[20:24]) == ip:
+                return name
+    return None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +21,14 @@ from actormesh._api._future import Future
 from actormesh._api._proc_mesh import _from_concurrent
 from actormesh._api._system import ActorHost, run_in_actors
 from actormesh._hosts import Runtime
+from actormesh._transport import (
+    format_tcp,
+    host_id,
+    interface_of,
+    parse_tcp,
+    route_source,
+    tcp_part,
+)
 
 __all__ = ["destroy_process_group", "setup_process_group"]
 
@@ -85,7 +92,8 @@ async def _setup(mesh: Any, backend: str | None, timeout: float) -> None:
         )
     leader = infos[ranks[0]]
     hosts = {info["host"] for info in infos.values()}
-    address = "127.0.0.1" if len(hosts) == 1 else leader["host"]
+    # One host: loopback. Several: where other hosts reach the leader's process.
+    address = "127.0.0.1" if len(hosts) == 1 else leader["ip"]
     if backend is None:
         backend = "nccl" if all(info["gpus"] > 0 for info in infos.values()) else "gloo"
     layout = _layout(ranks, {root: info["host"] for root, info in infos.items()})
@@ -108,8 +116,11 @@ def _probe(host: ActorHost, leader: int, key: str, timeout: float) -> dict[str, 
     """In each actor: its host name and GPU count; the leader also starts the store."""
     import torch
 
+    runtime = Runtime.current()
+    reachable = tcp_part(runtime.address) if runtime is not None else None
     info: dict[str, Any] = {
-        "host": socket.gethostname(),
+        "host": host_id(),  # this boot and network namespace: hostnames may repeat
+        "ip": parse_tcp(reachable)[0] if reachable else "127.0.0.1",
         "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
         "initialized": torch.distributed.is_initialized(),
     }
@@ -163,6 +174,12 @@ def _join(
         MASTER_ADDR=address,
         MASTER_PORT=str(port),
     )
+    if address != "127.0.0.1" and "GLOO_SOCKET_IFNAME" not in os.environ:
+        # Gloo finds its interface through the host name, which other hosts may not
+        # reach (or which names another host's address): name the one that reaches them.
+        interface = interface_of(route_source(format_tcp(address, port)))
+        if interface is not None:
+            os.environ["GLOO_SOCKET_IFNAME"] = interface
     wait = datetime.timedelta(seconds=timeout)
     store = _STORES.pop(key, None)
     if store is None:
