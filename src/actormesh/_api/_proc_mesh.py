@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -51,16 +52,32 @@ class _Processes:
 class ProcMesh(Shaped):
     """Worker processes with named dimensions; returned by ``proc_mesh()``."""
 
-    def __init__(self, processes: _Processes, shape: Shape) -> None:
+    def __init__(self, processes: _Processes, shape: Shape, per_process: int = 1) -> None:
         self._processes = processes
         self._shape = shape
+        # Points per process (see repeat()): point rank r lives in process r // per_process.
+        self._per_process = per_process
 
     def slice(self, **dims: int | slice | range) -> ProcMesh:
         """The processes at these coordinates."""
-        return ProcMesh(self._processes, self._shape.slice(**dims))
+        return ProcMesh(self._processes, self._shape.slice(**dims), self._per_process)
 
     def __getitem__(self, key: Any) -> ProcMesh:
-        return ProcMesh(self._processes, self._shape.index(key))
+        return ProcMesh(self._processes, self._shape.index(key), self._per_process)
+
+    def repeat(self, **dims: int) -> ProcMesh:
+        """This mesh with each process repeated along new (last) dimensions.
+
+        ``procs.repeat(actors=16).spawn("w", W)`` builds 16 actors of ``W`` in every
+        process, on a mesh of dimensions ``{**procs.sizes, "actors": 16}``: many actors
+        share a process (and its memory and threads) but keep their own mailboxes.
+        """
+        if self._per_process != 1 or len(self._shape) != math.prod(self._shape.sizes):
+            raise ValueError("repeat() applies to a whole process mesh, before slicing")
+        count = math.prod(dims.values())
+        shape = Shape.from_dims((*self._shape.labels, *dims), (*self._shape.sizes, *dims.values()))
+        ranks = tuple(root * count + j for root in self._shape.ranks for j in range(count))
+        return ProcMesh(self._processes, Shape(shape.labels, shape.sizes, ranks), count)
 
     def spawn(self, name: str, actor_class: type[T], /, *args: Any, **kwargs: Any) -> Future[T]:
         """Build one ``actor_class(*args, **kwargs)`` in every process of this mesh.
@@ -84,7 +101,9 @@ class ProcMesh(Shaped):
             endpoints=endpoint_table(actor_class),
             labels=labels,
             sizes=sizes,
-            paths=tuple(children[root].listen_path for root in self._shape.ranks),
+            paths=tuple(
+                children[root // self._per_process].listen_path for root in self._shape.ranks
+            ),
         )
         mesh: ActorMesh[T] = ActorMesh(ref, Shape.from_dims(labels, sizes), actor_class)
         _supervision.adopt(mesh._state)

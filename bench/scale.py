@@ -1,0 +1,234 @@
+"""``python -m bench.scale``: a mesh across many hosts, through host agents and flat.
+
+Hosts are network namespaces on a bridge (``actormesh.testing.namespace_hosts``, root
+needed). The same processes (``--hosts`` x ``--per-host``) are reached two ways:
+
+- **agents**: one host agent per host (``actormesh host --join``), ``host_mesh`` +
+  ``spawn_procs``; the controller sends one frame per host per cast and gets one
+  gathered reply frame per host;
+- **flat**: every process joins the controller itself (``actormesh worker --join``);
+  the controller sends one frame per process and reads one reply per process.
+
+For each: the time to spawn the processes, the latency of ``call`` + gather (median and
+p99), the controller's CPU time per call (its whole process, every thread), and the
+frames the controller sent per cast (counted on its connections). Then a mesh of
+``--actors`` actors (several per process, ``ProcMesh.repeat``) is spawned through the
+agents and called. Results go to ``bench/results/scale.json`` and
+``bench/figures/scale.png``, and a Markdown table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from actormesh import Actor, ActorMesh, endpoint, host_mesh, proc_mesh
+from actormesh._core._envelope import CALL, CAST, RELAY, decode_header
+from actormesh._hosts import Runtime
+from actormesh.allocators import ExternalAllocator
+from actormesh.testing import Network, namespace_hosts
+
+BENCH = Path(__file__).resolve().parent
+
+
+class Echo(Actor):
+    """The actor every process hosts: answers at once."""
+
+    @endpoint
+    def echo(self, value: int) -> int:
+        return value
+
+
+def _frames_per_cast(mesh: ActorMesh[Echo]) -> int:
+    """Frames the controller sends for one ``call`` to ``mesh`` (CALL, RELAY or CAST)."""
+    runtime = Runtime.get()
+    sent = 0
+    conns = list(runtime.agents) or [
+        conn for conn in runtime._conns.values() if conn.peer.startswith("tcp://")
+    ]
+    originals = {}
+    for conn in conns:
+        originals[conn] = conn.send
+
+        def counting(parts: Any, _send: Callable[[Any], None] = conn.send) -> None:
+            nonlocal sent
+            if decode_header(parts[0])[0] in (CALL, CAST, RELAY):
+                sent += 1
+            _send(parts)
+
+        conn.send = counting  # type: ignore[method-assign]
+    try:
+        mesh.echo.call(0).get(timeout=60)
+    finally:
+        for conn, send in originals.items():
+            conn.send = send  # type: ignore[method-assign]
+    return sent
+
+
+def _measure(mesh: ActorMesh[Echo], calls: int) -> dict[str, float]:
+    for _ in range(20):  # warm up connections and caches
+        mesh.echo.call(1).get(timeout=60)
+    latencies = []
+    cpu = time.process_time()
+    for i in range(calls):
+        started = time.perf_counter()
+        mesh.echo.call(i).get(timeout=60)
+        latencies.append(time.perf_counter() - started)
+    cpu = time.process_time() - cpu
+    latencies.sort()
+    return {
+        "gather_median_us": statistics.median(latencies) * 1e6,
+        "gather_p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
+        "controller_cpu_per_call_us": cpu / calls * 1e6,
+    }
+
+
+def _agents(network: Network, per_host: int, calls: int, actors: int) -> dict[str, Any]:
+    hosts_count = len(network.hosts)
+    allocator = ExternalAllocator(f"{network.controller_ip}:0", timeout=120)
+    address = allocator.listen().removeprefix("tcp://")
+    assert allocator.secret is not None
+    started = time.monotonic()
+    future = host_mesh(hosts_count, allocator=allocator)
+    for host in network.hosts:
+        network.start_agent(host, address, allocator.secret)
+    hosts = future.get(timeout=180)
+    agents_s = time.monotonic() - started
+    started = time.monotonic()
+    procs = hosts.spawn_procs(per_host={"gpus": per_host})
+    mesh = procs.spawn("echo", Echo).get(timeout=120)
+    mesh.echo.call(0).get(timeout=120)
+    spawn_s = time.monotonic() - started
+    result: dict[str, Any] = {"agents_join_s": agents_s, "spawn_s": spawn_s}
+    result.update(_measure(mesh, calls))
+    result["frames_per_cast"] = _frames_per_cast(mesh)
+    per_process = max(1, actors // (hosts_count * per_host))
+    started = time.monotonic()
+    many = procs.repeat(actors=per_process).spawn("many", Echo).get(timeout=180)
+    answered = len(many.echo.call(0).get(timeout=180))
+    result["many"] = {
+        "actors": answered,
+        "spawn_and_first_call_s": time.monotonic() - started,
+        **_measure(many, max(10, calls // 10)),
+    }
+    procs.stop().get(timeout=120)
+    hosts.shutdown().get(timeout=120)
+    allocator.close()
+    return result
+
+
+def _flat(network: Network, per_host: int, calls: int) -> dict[str, Any]:
+    allocator = ExternalAllocator(f"{network.controller_ip}:0", timeout=180)
+    address = allocator.listen().removeprefix("tcp://")
+    assert allocator.secret is not None
+    started = time.monotonic()
+    future = proc_mesh(hosts=len(network.hosts), gpus=per_host, allocator=allocator)
+    for host in network.hosts:
+        for _ in range(per_host):
+            network.start_worker(host, address, allocator.secret)
+    procs = future.get(timeout=240)
+    mesh = procs.spawn("echo", Echo).get(timeout=120)
+    mesh.echo.call(0).get(timeout=120)
+    result: dict[str, Any] = {"spawn_s": time.monotonic() - started}
+    result.update(_measure(mesh, calls))
+    result["frames_per_cast"] = _frames_per_cast(mesh)
+    procs.stop().get(timeout=120)
+    allocator.close()
+    return result
+
+
+def _table(results: dict[str, Any]) -> str:
+    agents, flat = results["agents"], results["flat"]
+    rows = [
+        ("frames sent by the controller per cast", "frames_per_cast", "{:.0f}"),
+        ("spawn of the processes, s", "spawn_s", "{:.2f}"),
+        ("call + gather, median, µs", "gather_median_us", "{:,.0f}"),
+        ("call + gather, p99, µs", "gather_p99_us", "{:,.0f}"),
+        ("controller CPU per call, µs", "controller_cpu_per_call_us", "{:,.0f}"),
+    ]
+    head = f"{results['hosts']} hosts x {results['per_host']} processes"
+    lines = [f"| {head} | through host agents | flat (every process to the controller) |"]
+    lines.append("|---|---|---|")
+    for label, key, form in rows:
+        lines.append(f"| {label} | {form.format(agents[key])} | {form.format(flat[key])} |")
+    many = agents["many"]
+    lines.append("")
+    lines.append(
+        f"{many['actors']} actors ({many['actors'] // (results['hosts'] * results['per_host'])}"
+        f" per process, through agents): spawn + first call {many['spawn_and_first_call_s']:.2f}"
+        f" s; call + gather median {many['gather_median_us'] / 1000:.1f} ms, p99 "
+        f"{many['gather_p99_us'] / 1000:.1f} ms; controller CPU per call "
+        f"{many['controller_cpu_per_call_us'] / 1000:.1f} ms"
+    )
+    return "\n".join(lines)
+
+
+def _chart(results: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    keys = [
+        ("gather_median_us", "call + gather median (µs)"),
+        ("controller_cpu_per_call_us", "controller CPU per call (µs)"),
+        ("frames_per_cast", "frames per cast"),
+    ]
+    figure, axes = plt.subplots(1, len(keys), figsize=(11, 3.4))
+    for axis, (key, title) in zip(axes, keys, strict=True):
+        values = [results["agents"][key], results["flat"][key]]
+        axis.bar(["host agents", "flat"], values, color=["#2b7bba", "#b0b0b0"])
+        axis.set_title(title, fontsize=10)
+        for x, value in enumerate(values):
+            axis.annotate(f"{value:,.0f}", (x, value), ha="center", va="bottom", fontsize=9)
+    figure.suptitle(
+        f"{results['hosts']} hosts x {results['per_host']} processes (network namespaces)"
+    )
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=16)
+    parser.add_argument("--per-host", type=int, default=4)
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--actors", type=int, default=1024)
+    args = parser.parse_args(argv)
+    os.environ["ACTORMESH_OUTPUT"] = "off"
+    try:
+        with namespace_hosts(args.hosts) as network:
+            agents = _agents(network, args.per_host, args.calls, args.actors)
+            flat = _flat(network, args.per_host, args.calls)
+    except PermissionError as error:
+        print(f"bench.scale needs network namespaces (root): {error}", file=sys.stderr)
+        return 2
+    results = {
+        "hosts": args.hosts,
+        "per_host": args.per_host,
+        "calls": args.calls,
+        "agents": agents,
+        "flat": flat,
+        "cpus": os.cpu_count(),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    out = BENCH / "results" / "scale.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    _chart(results, BENCH / "figures" / "scale.png")
+    print(_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
