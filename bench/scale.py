@@ -103,7 +103,7 @@ def _agents(network: Network, per_host: int, calls: int, actors: int) -> dict[st
     agents_s = time.monotonic() - started
     started = time.monotonic()
     procs = hosts.spawn_procs(per_host={"gpus": per_host})
-    mesh = procs.spawn("echo", Echo).get(timeout=120)
+    mesh = procs.spawn("echo", Echo)
     mesh.echo.call(0).get(timeout=120)
     spawn_s = time.monotonic() - started
     result: dict[str, Any] = {"agents_join_s": agents_s, "spawn_s": spawn_s}
@@ -111,7 +111,7 @@ def _agents(network: Network, per_host: int, calls: int, actors: int) -> dict[st
     result["frames_per_cast"] = _frames_per_cast(mesh)
     per_process = max(1, actors // (hosts_count * per_host))
     started = time.monotonic()
-    many = procs.repeat(actors=per_process).spawn("many", Echo).get(timeout=180)
+    many = procs.repeat(actors=per_process).spawn("many", Echo)
     answered = len(many.echo.call(0).get(timeout=180))
     result["many"] = {
         "actors": answered,
@@ -134,7 +134,7 @@ def _flat(network: Network, per_host: int, calls: int) -> dict[str, Any]:
         for _ in range(per_host):
             network.start_worker(host, address, allocator.secret)
     procs = future.get(timeout=240)
-    mesh = procs.spawn("echo", Echo).get(timeout=120)
+    mesh = procs.spawn("echo", Echo)
     mesh.echo.call(0).get(timeout=120)
     result: dict[str, Any] = {"spawn_s": time.monotonic() - started}
     result.update(_measure(mesh, calls))

@@ -41,8 +41,8 @@ async def main() -> None:
     sleepers = await procs.spawn("sleepers", Sleeper)
 
     print("stream, in arrival order:")
-    async for point, message in sleepers.nap.stream(0.2):
-        print(f"    {dict(point)}: {message}")
+    for future in sleepers.nap.stream(0.2):  # one future per actor, first to arrive first
+        print(f"    {await future}")
 
     print("choose picked:", await sleepers.nap.choose(0.0))
 

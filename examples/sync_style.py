@@ -33,7 +33,7 @@ class Counter(Actor):
 def main() -> None:
     procs = proc_mesh(gpus=2).get()
     with procs:
-        counters = procs.spawn("counters", Counter, 100).get()
+        counters = procs.spawn("counters", Counter, 100)
 
         # Every actor: a ValueMesh with one total per actor.
         totals = counters.add.call(5).get(timeout=30)

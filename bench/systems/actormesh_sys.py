@@ -95,7 +95,7 @@ class ActormeshSystem(MeshLikeSystem):
         return proc_mesh(gpus=n).get()
 
     def spawn(self, procs: Any, name: str, cls: type) -> Any:
-        return procs.spawn(name, cls).get()
+        return procs.spawn(name, cls)
 
     def stop_sync(self) -> None:
         if self._rpc_world is not None:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ._api._actor import Actor as Actor
     from ._api._actor_group import actor_mesh as actor_mesh
     from ._api._actor_mesh import ActorMesh as ActorMesh
-    from ._api._adverbs import ResultStream as ResultStream
+    from ._api._adverbs import ValueStream as ValueStream
     from ._api._context import cancelled as cancelled
     from ._api._context import current_rank as current_rank
     from ._api._context import current_size as current_size
@@ -85,7 +85,7 @@ __all__ = [
     "PowerOfTwo",
     "ProcMesh",
     "Random",
-    "ResultStream",
+    "ValueStream",
     "RoundRobin",
     "SerializationError",
     "Shape",
@@ -135,7 +135,7 @@ _WHERE: dict[str, str] = {
     "PowerOfTwo": "._api._routing",
     "ProcMesh": "._api._proc_mesh",
     "Random": "._api._routing",
-    "ResultStream": "._api._adverbs",
+    "ValueStream": "._api._adverbs",
     "RoundRobin": "._api._routing",
     "SerializationError": "._exceptions",
     "Shape": "._shape",

@@ -101,6 +101,25 @@ class ActorError(ActorMeshError):
                 for name, value in getattr(cause, "__dict__", {}).items():
                     self.__dict__.setdefault(name, value)
 
+    @property
+    def exception(self) -> Any:
+        """The original exception (Monarch's name for ``cause``), unless the original
+        has an ``exception`` of its own: ``except ItsType`` code reads that."""
+        own = self.__dict__.get("exception")
+        return own if own is not None else self.cause
+
+    @property
+    def message(self) -> Any:
+        """``"Actor call <mesh>.<endpoint> failed."`` (as Monarch says it), unless the
+        original exception has a ``message`` of its own: ``except ItsType`` reads that."""
+        own = self.__dict__.get("message")
+        return own if own is not None else f"Actor call {self.mesh}.{self.endpoint} failed."
+
+    @property
+    def exception_formatted(self) -> str:
+        """The remote traceback (Monarch's name for ``remote_traceback``)."""
+        return self.remote_traceback
+
     @classmethod
     def wrap(cls, cause: BaseException | None, **fields: Any) -> ActorError:
         """Build the error for ``cause``, as an instance of ``cause``'s type when possible.

@@ -41,7 +41,7 @@ def frozen() -> dict[str, Any]:
     failures: list[actormesh.Failure] = []
     actormesh.set_failure_hook(failures.append)
     procs = proc_mesh(gpus=2).get(timeout=30)
-    mesh = procs.spawn("victims", Worker).get(timeout=30)
+    mesh = procs.spawn("victims", Worker)
     pids = list(mesh.pid.call().get(timeout=10).values())
     pending = mesh.slice(gpus=1).sleep.call_one(60)
     started = time.monotonic()
@@ -68,7 +68,7 @@ def busy(kind: str, seconds: str) -> dict[str, Any]:
     failures: list[actormesh.Failure] = []
     actormesh.set_failure_hook(failures.append)
     procs = proc_mesh(gpus=1).get(timeout=30)
-    mesh = procs.spawn("busy", Worker).get(timeout=30)
+    mesh = procs.spawn("busy", Worker)
     endpoint = {"def": mesh.sleep, "gil": mesh.hold_gil, "loop": mesh.block_loop}[kind]
     value = endpoint.call_one(float(seconds)).get(timeout=120)
     after = mesh.echo.call_one("still here").get(timeout=10)
@@ -80,8 +80,8 @@ def busy(kind: str, seconds: str) -> dict[str, Any]:
 def too_large(limit: str) -> dict[str, Any]:
     """Arguments and results over ``Config.max_message_bytes`` fail at the sender."""
     procs = proc_mesh(gpus=1).get(timeout=30)
-    mesh = procs.spawn("big", BadReturns).get(timeout=30)
-    echo = procs.spawn("echo", Worker).get(timeout=30)
+    mesh = procs.spawn("big", BadReturns)
+    echo = procs.spawn("echo", Worker)
     size = int(limit) + 1
     out: dict[str, Any] = {}
     try:
@@ -101,7 +101,7 @@ def too_large(limit: str) -> dict[str, Any]:
 def default_timeout() -> dict[str, Any]:
     """``Config.default_timeout`` bounds waits that give no timeout of their own."""
     procs = proc_mesh(gpus=1).get(timeout=30)
-    mesh = procs.spawn("slow", Worker).get(timeout=30)
+    mesh = procs.spawn("slow", Worker)
     out: dict[str, Any] = {}
     started = time.monotonic()
     try:
@@ -110,7 +110,7 @@ def default_timeout() -> dict[str, Any]:
         out["call"] = str(error)
     out["call_s"] = time.monotonic() - started
     try:
-        list(mesh.sleep.stream(5))
+        [future.get() for future in mesh.sleep.stream(5)]
     except actormesh.CallTimeoutError as error:
         out["stream"] = str(error)
     procs.stop().get(timeout=30)
@@ -121,7 +121,7 @@ def default_timeout() -> dict[str, Any]:
 def stop_escalation() -> dict[str, Any]:
     """A worker whose loop is blocked ignores SHUTDOWN and SIGTERM: stop() SIGKILLs it."""
     procs = proc_mesh(gpus=2).get(timeout=30)
-    mesh = procs.spawn("stuck", Worker).get(timeout=30)
+    mesh = procs.spawn("stuck", Worker)
     marker = Path(tempfile.mkdtemp()) / "blocked"
     pending = mesh.slice(gpus=1).block_loop.call_one(60, str(marker))
     deadline = time.monotonic() + 30
@@ -143,8 +143,8 @@ def stop_escalation() -> dict[str, Any]:
 def killed(how: str) -> dict[str, Any]:
     """Start workers and grandchildren, announce their pids, then die as ``how`` says."""
     procs = proc_mesh(gpus=2).get(timeout=30)
-    owners = procs.spawn("owners", Supervisor, True).get(timeout=30)
-    workers = procs.spawn("workers", Worker).get(timeout=30)
+    owners = procs.spawn("owners", Supervisor, True)
+    workers = procs.spawn("workers", Worker)
     pids = list(workers.pid.call().get(timeout=10).values())
     grandchildren = list(workers.start_sleeper.call(False).get(timeout=10).values())
     daemons = list(workers.start_sleeper.call(True).get(timeout=10).values())

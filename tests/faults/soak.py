@@ -104,8 +104,8 @@ def _stream_load(mesh: ActorMesh[Worker], tally: Tally, stop: threading.Event) -
     while not stop.is_set():
 
         def drain() -> None:
-            for _ in mesh.echo.stream("s").with_timeout(60):
-                pass
+            for future in mesh.echo.stream("s").with_timeout(60):
+                future.get()
 
         _call(tally, "stream", drain)
 
@@ -178,7 +178,7 @@ def soak(minutes: float, every: float, kill_every: float) -> int:
     procs = proc_mesh(gpus=RANKS, restart="rank", max_restarts=100_000, restart_window=1.0).get(
         timeout=60
     )
-    mesh = procs.spawn("soak", Worker).get(timeout=60)
+    mesh = procs.spawn("soak", Worker)
     loads = [_sync_load, _stream_load, _tensor_load, _async_load]
     threads = [threading.Thread(target=load, args=(mesh, tally, stop)) for load in loads]
     threads.append(threading.Thread(target=_killer, args=(mesh, tally, stop, kill_every)))

@@ -35,7 +35,7 @@ def procs() -> Iterator[ProcMesh]:
 
 @pytest.fixture(scope="module")
 def workers(procs: ProcMesh) -> ActorMesh[Worker]:
-    return procs.spawn("boundary", Worker).get(timeout=30)
+    return procs.spawn("boundary", Worker)
 
 
 def still_serving(mesh: ActorMesh[Worker]) -> None:
@@ -113,7 +113,7 @@ def test_an_actor_class_the_workers_cannot_load_fails_the_spawn(
     try:
         ghost = importlib.import_module("ghost_actors")
         with pytest.raises(ActorInitError) as caught:
-            procs.spawn("ghosts", ghost.Ghost).get(timeout=30)
+            procs.spawn("ghosts", ghost.Ghost).initialized.get(timeout=30)
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("ghost_actors", None)
@@ -123,7 +123,7 @@ def test_an_actor_class_the_workers_cannot_load_fails_the_spawn(
 
 
 def test_an_exception_that_cannot_be_unpickled_still_arrives_readable(procs: ProcMesh) -> None:
-    mesh = procs.spawn("bad", BadReturns).get(timeout=30)
+    mesh = procs.spawn("bad", BadReturns)
     with pytest.raises(ActorError) as caught:
         mesh.slice(gpus=0).raise_unpicklable.call_one().get(timeout=10)
     assert caught.value.cause is None
@@ -134,7 +134,7 @@ def test_an_exception_that_cannot_be_unpickled_still_arrives_readable(procs: Pro
 
 
 def test_a_result_that_cannot_be_pickled_fails_that_call_only(procs: ProcMesh) -> None:
-    mesh = procs.spawn("lock", Worker).get(timeout=30)
+    mesh = procs.spawn("lock", Worker)
     with pytest.raises(SerializationError, match="cannot pickle") as caught:
         mesh.slice(gpus=0).lock.call_one().get(timeout=10)
     assert isinstance(caught.value, ActorError) and caught.value.endpoint == "lock"

@@ -33,7 +33,7 @@ def kill(mesh: ActorMesh[Worker], *ranks: int) -> None:
 def test_a_call_over_many_ranks_where_some_die_reports_the_dead_and_the_answers(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:
-    mesh = procs.spawn("many", Worker).get(timeout=30)
+    mesh = procs.spawn("many", Worker)
     pids = list(mesh.pid.call().get(timeout=10).values())
     pending = mesh.sleep.call(0.5)
     os.kill(pids[1], signal.SIGKILL)
@@ -49,7 +49,7 @@ def test_a_call_over_many_ranks_where_some_die_reports_the_dead_and_the_answers(
 def test_a_call_to_an_already_dead_rank_fails_at_once(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:
-    mesh = procs.spawn("dead", Worker).get(timeout=30)
+    mesh = procs.spawn("dead", Worker)
     kill(mesh, 2)
     wait_until(lambda: len(failures) == 1, 5, "the death to be noticed")
     started = time.monotonic()
@@ -69,7 +69,7 @@ def test_a_call_to_an_already_dead_rank_fails_at_once(
 def test_slices_that_exclude_dead_ranks_keep_working(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:
-    mesh = procs.spawn("slices", Worker).get(timeout=30)
+    mesh = procs.spawn("slices", Worker)
     kill(mesh, 0)
     wait_until(lambda: len(failures) == 1, 5, "the death to be noticed")
     live = mesh.slice(gpus=slice(1, 4))
@@ -81,27 +81,22 @@ def test_slices_that_exclude_dead_ranks_keep_working(
 
 
 def test_a_stream_ends_when_a_rank_dies(procs: ProcMesh, failures: list[actormesh.Failure]) -> None:
-    mesh = procs.spawn("stream", Worker).get(timeout=30)
+    mesh = procs.spawn("stream", Worker)
     pids = list(mesh.pid.call().get(timeout=10).values())
     stream = mesh.sleep.stream(0.3)
     os.kill(pids[1], signal.SIGKILL)
     values, errors = [], []
-    iterator = iter(stream)
-    while True:
+    for future in stream:
         try:
-            _, value = next(iterator)
-        except StopIteration:
-            break
+            values.append(future.get(timeout=30))
         except ActorDiedError as error:
             errors.append(error.ranks)
-            continue
-        values.append(value)
     assert values == [0.3, 0.3, 0.3]
     assert errors == [(1,)]
 
 
 def test_an_endpoint_error_leaves_the_actor_serving(procs: ProcMesh) -> None:
-    mesh = procs.spawn("errors", Worker).get(timeout=30)
+    mesh = procs.spawn("errors", Worker)
     with pytest.raises(ValueError, match="boom") as caught:
         mesh.slice(gpus=1).fail.call_one("boom").get(timeout=10)
     assert isinstance(caught.value, actormesh.ActorError)

@@ -76,7 +76,7 @@ def test_random_sigkills_lose_reorder_or_duplicate_no_acknowledged_call(
         gpus=RANKS, restart="rank", max_restarts=1000, restart_window=60
     ).get(timeout=30)
     try:
-        mesh = procs.spawn("ledger", Ledger, str(tmp_path)).get(timeout=30)
+        mesh = procs.spawn("ledger", Ledger, str(tmp_path))
         stop = threading.Event()
         senders = [Sender(f"s{i}", mesh, stop, seed=i) for i in range(SENDERS)]
         for sender in senders:

@@ -92,7 +92,7 @@ def test_workers_join_while_a_thousand_idle_peers_and_a_slow_drip_hold_the_port(
             procs = proc_mesh(gpus=2, allocator=allocator).get(timeout=60)
             figures.add("preauth_join_s", time.monotonic() - started)
             with procs:
-                mesh = procs.spawn("w", Worker).get(timeout=30)
+                mesh = procs.spawn("w", Worker)
                 assert mesh.echo.call(7).get(timeout=30).values() == [7, 7]
             # The slow drip is dropped at the handshake deadline, however it trickles.
             flood._thread.join(30)

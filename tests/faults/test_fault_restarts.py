@@ -38,7 +38,7 @@ def kill_rank(mesh: ActorMesh[Counter], rank: int) -> int:
 def test_a_restarted_rank_runs_init_again_with_the_same_arguments_and_restores(
     procs: ProcMesh, tmp_path: Path, failures: list[actormesh.Failure]
 ) -> None:
-    mesh = procs.spawn("counters", Counter, 10, str(tmp_path)).get(timeout=30)
+    mesh = procs.spawn("counters", Counter, 10, str(tmp_path))
     assert list(mesh.incr.call().get(timeout=10).values()) == [11, 11]
     old = kill_rank(mesh, 1)
     state = mesh.slice(gpus=1).state.call_one().get(timeout=30)  # waits for the restart
@@ -55,7 +55,7 @@ def test_a_restarted_rank_runs_init_again_with_the_same_arguments_and_restores(
 def test_calls_in_flight_fail_unless_idempotent_and_later_calls_wait_in_order(
     procs: ProcMesh, tmp_path: Path
 ) -> None:
-    mesh = procs.spawn("counters", Counter, 0, str(tmp_path)).get(timeout=30)
+    mesh = procs.spawn("counters", Counter, 0, str(tmp_path))
     one = mesh.slice(gpus=1)
     old = int(one.pid.call_one().get(timeout=10))
     in_flight = one.sleep.call_one(10)
@@ -69,8 +69,8 @@ def test_calls_in_flight_fail_unless_idempotent_and_later_calls_wait_in_order(
 
 
 def test_handles_held_elsewhere_reach_the_restarted_rank(procs: ProcMesh, tmp_path: Path) -> None:
-    mesh = procs.spawn("counters", Counter, 0, str(tmp_path)).get(timeout=30)
-    relay = procs.spawn("relay", Relay).get(timeout=30).slice(gpus=0)
+    mesh = procs.spawn("counters", Counter, 0, str(tmp_path))
+    relay = procs.spawn("relay", Relay).slice(gpus=0)
     before = relay.pids.call_one(mesh).get(timeout=10)
     kill_rank(mesh, 1)
     wait_until(lambda: gone(before[1]), 5, "the old process to die")
@@ -82,7 +82,7 @@ def test_handles_held_elsewhere_reach_the_restarted_rank(procs: ProcMesh, tmp_pa
 def test_a_death_beyond_the_budget_reaches_the_owner(
     procs: ProcMesh, tmp_path: Path, failures: list[actormesh.Failure]
 ) -> None:
-    mesh = procs.spawn("counters", Counter, 0, str(tmp_path)).get(timeout=30)
+    mesh = procs.spawn("counters", Counter, 0, str(tmp_path))
     for _ in range(2):
         kill_rank(mesh, 0)
         mesh.slice(gpus=0).pid.call_one().get(timeout=30)
@@ -99,7 +99,7 @@ def test_a_death_beyond_the_budget_reaches_the_owner(
 def test_a_restart_whose_init_fails_is_reported_and_the_rank_stays_dead(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:
-    mesh = procs.spawn("refusers", RestartRefuser).get(timeout=30)
+    mesh = procs.spawn("refusers", RestartRefuser)
     pid = mesh.slice(gpus=1).pid.call_one().get(timeout=10)
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: len(failures) == 1, 15, "the failed restart to be reported")

@@ -17,7 +17,7 @@ from actormesh import ActorDiedError, MeshStoppedError, proc_mesh
 
 def test_stop_under_load_fails_the_pending_calls_with_mesh_stopped() -> None:
     procs = proc_mesh(gpus=2).get(timeout=30)
-    mesh = procs.spawn("busy", Worker).get(timeout=30)
+    mesh = procs.spawn("busy", Worker)
     pending = [mesh.sleep.call(5) for _ in range(3)] + [mesh.asleep.call(5)]
     outcomes: list[BaseException | None] = []
     stop_callers = threading.Event()
@@ -49,7 +49,7 @@ def test_stop_under_load_fails_the_pending_calls_with_mesh_stopped() -> None:
 
 def test_stop_with_dead_ranks_and_twice_finishes(failures: list[actormesh.Failure]) -> None:
     procs = proc_mesh(gpus=3).get(timeout=30)
-    mesh = procs.spawn("partly", Worker).get(timeout=30)
+    mesh = procs.spawn("partly", Worker)
     pids = list(mesh.pid.call().get(timeout=10).values())
     os.kill(pids[0], signal.SIGKILL)
     os.kill(pids[2], signal.SIGKILL)
@@ -61,8 +61,8 @@ def test_stop_with_dead_ranks_and_twice_finishes(failures: list[actormesh.Failur
 
 def test_any_use_after_stop_raises_mesh_stopped() -> None:
     procs = proc_mesh(gpus=2).get(timeout=30)
-    mesh = procs.spawn("done", Worker).get(timeout=30)
-    other = procs.spawn("other", Worker).get(timeout=30)
+    mesh = procs.spawn("done", Worker)
+    other = procs.spawn("other", Worker)
     other.stop().get(timeout=10)  # an actor mesh alone: its processes stay up
     with pytest.raises(MeshStoppedError):
         other.echo.call(1)

@@ -29,8 +29,8 @@ def procs() -> Iterator[ProcMesh]:
 def test_the_controller_hears_of_a_death_once_per_mesh(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:
-    first = procs.spawn("first", Worker).get(timeout=30)
-    procs.spawn("second", Worker).get(timeout=30)
+    first = procs.spawn("first", Worker)
+    procs.spawn("second", Worker)
     pid = first.slice(gpus=1).pid.call_one().get(timeout=10)
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: len(failures) == 2, 5, "both meshes' failures")
@@ -46,7 +46,7 @@ def test_the_controller_hears_of_a_death_once_per_mesh(
 def test_an_owning_actor_handles_the_failures_of_its_meshes(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:
-    owners = procs.spawn("owners", Supervisor, True).get(timeout=30)
+    owners = procs.spawn("owners", Supervisor, True)
     owner = owners.slice(gpus=0)
     child_pids = owner.start_child.call_one(2).get(timeout=60)
     os.kill(child_pids[1], signal.SIGKILL)
@@ -60,7 +60,7 @@ def test_an_owning_actor_handles_the_failures_of_its_meshes(
 def test_an_unhandled_failure_escalates_to_the_controller(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:
-    owners = procs.spawn("owners", Supervisor, False).get(timeout=30)
+    owners = procs.spawn("owners", Supervisor, False)
     owner = owners.slice(gpus=1)
     child_pids = owner.start_child.call_one(2).get(timeout=60)
     os.kill(child_pids[0], signal.SIGKILL)
@@ -78,7 +78,7 @@ def test_an_unhandled_failure_escalates_to_the_controller(
 def test_an_actor_without_a_hook_escalates_too(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:
-    workers = procs.spawn("plain", Worker).get(timeout=30)
+    workers = procs.spawn("plain", Worker)
     workers.slice(gpus=0).fail.broadcast("broadcast boom")
     wait_until(lambda: len(failures) == 1, 5, "the broadcast failure")
     assert (failures[0].mesh, failures[0].ranks, failures[0].kind) == ("plain", (0,), "broadcast")
@@ -90,14 +90,14 @@ def test_a_failing_init_fails_the_spawn_with_the_remote_traceback(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:
     with pytest.raises(ActorInitError) as caught:
-        procs.spawn("bad", FailingInit, 1).get(timeout=30)
+        procs.spawn("bad", FailingInit, 1).initialized.get(timeout=30)
     error = caught.value
     assert isinstance(error, RuntimeError)
     assert "rank 1 refuses to start" in str(error)
     assert error.point == {"gpus": 1}
     assert "raise RuntimeError" in error.remote_traceback
     # The processes serve on: a new mesh spawns fine, and no failure was reported twice.
-    good = procs.spawn("good", FailingInit, 7).get(timeout=30)
+    good = procs.spawn("good", FailingInit, 7)
     assert list(good.ping.call().get(timeout=10).values()) == ["pong", "pong"]
     assert failures == []
 
@@ -106,7 +106,7 @@ def test_without_a_hook_calls_that_include_a_dead_rank_raise_and_the_others_work
     procs: ProcMesh, capfd: pytest.CaptureFixture[str]
 ) -> None:
     actormesh.set_failure_hook(None)
-    workers = procs.spawn("unwatched", Worker).get(timeout=30)
+    workers = procs.spawn("unwatched", Worker)
     pid = workers.slice(gpus=1).pid.call_one().get(timeout=10)
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: gone(pid), 5, "the worker to die")
@@ -125,7 +125,7 @@ def test_an_unhandled_broadcast_failure_is_raised_once_by_a_call_to_its_rank(
     procs: ProcMesh,
 ) -> None:
     actormesh.set_failure_hook(None)
-    workers = procs.spawn("loud", Worker).get(timeout=30)
+    workers = procs.spawn("loud", Worker)
     workers.slice(gpus=0).fail.broadcast("broadcast boom")
     wait_until(lambda: bool(workers._state.unhandled), 5, "the failure to be recorded")
     assert workers.slice(gpus=1).echo.call_one(1).get(timeout=10) == 1  # another rank
@@ -147,7 +147,7 @@ def test_the_outcome_after_a_death_is_the_same_every_time(
     outcomes = []
     for _ in range(REPETITIONS):
         with proc_mesh(gpus=2).get(timeout=30) as procs:
-            workers = procs.spawn("race", Worker).get(timeout=30)
+            workers = procs.spawn("race", Worker)
             waiting = workers.slice(gpus=1).die.call_one("kill")
             with pytest.raises(actormesh.ActorDiedError):
                 waiting.get(timeout=30)
@@ -161,7 +161,7 @@ def test_the_outcome_after_a_death_is_the_same_every_time(
 
 
 def test_an_actor_can_start_and_stop_its_own_process_meshes(procs: ProcMesh) -> None:
-    owners = procs.spawn("starters", Supervisor, True).get(timeout=30)
+    owners = procs.spawn("starters", Supervisor, True)
     owner = owners.slice(gpus=0)
     pids = owner.start_child.call_one(2).get(timeout=60)
     assert owner.call_child.call_one("hi").get(timeout=10) == ["hi", "hi"]

@@ -175,7 +175,7 @@ def _bad_frames(draw: st.DrawFn) -> tuple[bytes, bool]:
 @pytest.fixture(scope="module")
 def worker() -> Iterator[tuple[ActorMesh[Worker], str, int]]:
     with proc_mesh(gpus=1).get(timeout=30) as procs:
-        mesh = procs.spawn("fuzzed", Worker).get(timeout=30)
+        mesh = procs.spawn("fuzzed", Worker)
         pid = mesh.pid.call_one().get(timeout=10)
         yield mesh, mesh._ref.paths[0], pid
 

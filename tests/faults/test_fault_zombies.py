@@ -15,7 +15,7 @@ from actormesh import ActorMesh, ProcMesh, proc_mesh
 def worker() -> Iterator[ActorMesh[Worker]]:
     procs: ProcMesh = proc_mesh(gpus=1).get(timeout=30)
     try:
-        yield procs.spawn("parent", Worker).get(timeout=30)
+        yield procs.spawn("parent", Worker)
     finally:
         procs.stop().get(timeout=30)
 

@@ -70,11 +70,11 @@ def test_ddp_keeps_replicas_identical_while_each_rank_trains_on_its_own_batch(
 def test_the_group_is_torn_down_with_the_mesh_and_can_be_set_up_again() -> None:
     procs = proc_mesh(dp=2).get(timeout=60)
     try:
-        first = procs.spawn("first", TorchWorker).get(timeout=60)
+        first = procs.spawn("first", TorchWorker)
         setup_process_group(first).get(timeout=60)
         assert list(first.group_ready.call().get(timeout=30).values()) == [True, True]
         # The same processes cannot hold a second default group...
-        second = procs.spawn("second", TorchWorker).get(timeout=60)
+        second = procs.spawn("second", TorchWorker)
         with pytest.raises(RuntimeError, match=r"already have a torch\.distributed process group"):
             setup_process_group(second).get(timeout=60)
         # ...until the first mesh stops, which destroys its group in every process.

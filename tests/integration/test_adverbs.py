@@ -13,6 +13,7 @@ from actormesh import (
     ActorError,
     ActorMesh,
     Failure,
+    Future,
     Point,
     ProcMesh,
     Shape,
@@ -23,12 +24,12 @@ from actormesh import (
 
 @pytest.fixture(scope="module")
 def echo(procs: ProcMesh) -> ActorMesh[Echo]:
-    return procs.spawn("echo", Echo).get(timeout=30)  # type: ignore[return-value]
+    return procs.spawn("echo", Echo)  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="module")
 def sleepers(procs: ProcMesh) -> ActorMesh[Sleeper]:
-    return procs.spawn("sleepers", Sleeper).get(timeout=30)  # type: ignore[return-value]
+    return procs.spawn("sleepers", Sleeper)  # type: ignore[return-value]
 
 
 # -- call ---------------------------------------------------------------------------------
@@ -95,7 +96,7 @@ def test_call_one_on_a_bigger_mesh_is_a_clear_error(echo: ActorMesh[Echo]) -> No
 
 
 def test_broadcast_reaches_every_actor_before_later_calls(procs: ProcMesh) -> None:
-    recorder = procs.spawn("broadcast_target", Recorder).get(timeout=30)
+    recorder = procs.spawn("broadcast_target", Recorder)
     assert recorder.record.broadcast("hello") is None
     assert list(recorder.recorded.call().get(timeout=30).values()) == [["hello"]] * 4
 
@@ -103,7 +104,7 @@ def test_broadcast_reaches_every_actor_before_later_calls(procs: ProcMesh) -> No
 def test_broadcast_failures_reach_the_failure_hook(
     procs: ProcMesh, failure_hook: list[Failure]
 ) -> None:
-    echo = procs.spawn("broadcast_hook", Echo).get(timeout=30)
+    echo = procs.spawn("broadcast_hook", Echo)
     echo.fail.broadcast("broadcast went wrong")
     wait_until(lambda: len(failure_hook) == 4, 10, "four broadcast failures")
     assert sorted(f.ranks[0] for f in failure_hook) == [0, 1, 2, 3]
@@ -118,7 +119,7 @@ def test_broadcast_failures_reach_the_failure_hook(
 def test_unhandled_broadcast_failure_is_printed_and_raised_by_the_next_call(
     procs: ProcMesh, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    echo = procs.spawn("broadcast_default", Echo).get(timeout=30)
+    echo = procs.spawn("broadcast_default", Echo)
     echo[1, 1].fail.broadcast("nobody handled this")
     printed: list[str] = []
 
@@ -140,15 +141,21 @@ def test_unhandled_broadcast_failure_is_printed_and_raised_by_the_next_call(
 # -- stream -------------------------------------------------------------------------------
 
 
-def test_stream_yields_points_and_values_in_arrival_order(sleepers: ActorMesh[Sleeper]) -> None:
-    async def main() -> list[tuple[Point, int]]:
-        return [item async for item in sleepers.nap.stream(0.3, only_rank=0)]
+def test_stream_yields_futures_resolved_in_arrival_order(sleepers: ActorMesh[Sleeper]) -> None:
+    stream = sleepers.nap.stream(0.3, only_rank=0)
+    futures = list(stream)  # at once: one future per actor, none waited for yet
+    assert len(futures) == 4 and all(isinstance(f, Future) for f in futures)
+    values = [f.get(timeout=30) for f in futures]
+    assert values[-1] == 0  # the slow rank 0 comes last, whoever it is
+    assert sorted(values) == [0, 1, 2, 3]
 
-    items = run(main())
-    assert len(items) == 4
-    assert items[-1] == (Point(("dp", "tp"), (2, 2), (0, 0)), 0)
-    assert sorted(v for _, v in items) == [0, 1, 2, 3]
-    assert all(point.rank == value for point, value in items)
+
+def test_stream_values_in_arrival_order_with_async_for(sleepers: ActorMesh[Sleeper]) -> None:
+    async def main() -> list[int]:
+        return [value async for value in sleepers.nap.stream(0.3, only_rank=0)]
+
+    values = run(main())
+    assert values[-1] == 0 and sorted(values) == [0, 1, 2, 3]
 
 
 def test_stream_first_result_does_not_wait_for_the_slowest(
@@ -168,9 +175,11 @@ def test_stream_first_result_does_not_wait_for_the_slowest(
     assert first < 0.5 <= 1.0 <= total
 
 
-def test_stream_is_iterable_from_sync_code(sleepers: ActorMesh[Sleeper]) -> None:
-    items = list(sleepers.slice(dp=1).nap.stream(0.0))
-    assert sorted((v, dict(p)) for p, v in items) == [(2, {"tp": 0}), (3, {"tp": 1})]
+def test_stream_futures_are_awaitable(sleepers: ActorMesh[Sleeper]) -> None:
+    async def main() -> list[int]:
+        return [await future for future in sleepers.slice(dp=1).nap.stream(0.0)]
+
+    assert sorted(run(main())) == [2, 3]
 
 
 def test_stream_raises_an_endpoint_error_in_its_turn(echo: ActorMesh[Echo]) -> None:
@@ -186,7 +195,7 @@ def test_stream_raises_an_endpoint_error_in_its_turn(echo: ActorMesh[Echo]) -> N
 
 
 def test_choose_sends_to_exactly_one_actor(procs: ProcMesh) -> None:
-    recorder = procs.spawn("choose_target", Recorder).get(timeout=30)
+    recorder = procs.spawn("choose_target", Recorder)
 
     async def main() -> list[list[str]]:
         assert await recorder.record.choose("only once") is None
@@ -197,7 +206,7 @@ def test_choose_sends_to_exactly_one_actor(procs: ProcMesh) -> None:
 
 
 def test_choose_spreads_calls_that_are_in_flight_together(procs: ProcMesh) -> None:
-    sleepers = procs.spawn("choose_spread", Sleeper).get(timeout=30)
+    sleepers = procs.spawn("choose_spread", Sleeper)
 
     async def main() -> list[int]:
         futures = [sleepers.nap.choose(0.2) for _ in range(4)]

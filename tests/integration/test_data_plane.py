@@ -28,7 +28,7 @@ class Batch:
 def plane() -> Iterator[tuple[ProcMesh, ActorMesh[DataPlane]]]:
     procs = proc_mesh(gpus=2).get(timeout=60)
     try:
-        yield procs, procs.spawn("plane", DataPlane).get(timeout=60)
+        yield procs, procs.spawn("plane", DataPlane)
     finally:
         procs.stop().get(timeout=60)
 
@@ -102,7 +102,7 @@ def test_segments_are_recycled_and_nothing_is_named_in_dev_shm(plane: Any) -> No
 def test_a_worker_killed_mid_transfer_leaks_nothing() -> None:
     procs = proc_mesh(gpus=1).get(timeout=60)
     try:
-        mesh = procs.spawn("victim", DataPlane).get(timeout=60)
+        mesh = procs.spawn("victim", DataPlane)
         pid = mesh.pid.call_one().get(timeout=30)
         tensor = torch.ones(128 << 20, dtype=torch.uint8)
         mesh.hold.call_one(tensor).get(timeout=60)  # the worker holds a mapping

@@ -11,7 +11,7 @@ from actormesh import Actor, ActorMesh, EndpointNotFoundError, ProcMesh, endpoin
 
 @pytest.fixture(scope="module")
 def echo(procs: ProcMesh) -> ActorMesh[Echo]:
-    return procs.spawn("echo", Echo, "tagged").get(timeout=30)  # type: ignore[return-value]
+    return procs.spawn("echo", Echo, "tagged")  # type: ignore[return-value]
 
 
 def test_def_and_async_def_endpoints_mix_in_one_class(echo: ActorMesh[Echo]) -> None:

@@ -14,7 +14,7 @@ from actormesh import ActorError, ActorMesh, ActorMeshError, ProcMesh, Serializa
 
 @pytest.fixture(scope="module")
 def echo(procs: ProcMesh) -> ActorMesh[Echo]:
-    return procs.spawn("failing", Echo).get(timeout=30)  # type: ignore[return-value]
+    return procs.spawn("failing", Echo)  # type: ignore[return-value]
 
 
 def raised(future: object) -> ActorError:
@@ -71,7 +71,7 @@ def test_call_over_the_mesh_fails_with_the_first_error(echo: ActorMesh[Echo]) ->
 def test_error_passed_on_by_another_actor_keeps_the_original_type(
     procs: ProcMesh, echo: ActorMesh[Echo]
 ) -> None:
-    relay = procs.spawn("passing_on", Relay).get(timeout=30)
+    relay = procs.spawn("passing_on", Relay)
     error = raised(relay[0, 0].relay_failure.call_one(echo[1, 1], "deep down"))
     assert isinstance(error, ValueError)
     assert (error.mesh, error.endpoint) == ("passing_on", "relay_failure")
@@ -92,7 +92,7 @@ def test_actor_error_pickles_with_its_type_and_fields(echo: ActorMesh[Echo]) -> 
 
 
 def test_actor_stays_alive_and_keeps_its_state_after_an_error(procs: ProcMesh) -> None:
-    echo = procs.spawn("survivor", Echo).get(timeout=30)
+    echo = procs.spawn("survivor", Echo)
     pid = echo[1, 1].pid.call_one().get(timeout=30)
     echo[1, 1].set_value.call_one("kept").get(timeout=30)
     for _ in range(3):
@@ -105,7 +105,7 @@ def test_actor_stays_alive_and_keeps_its_state_after_an_error(procs: ProcMesh) -
 def test_unpicklable_argument_raises_at_the_call_site_and_sends_nothing(
     procs: ProcMesh,
 ) -> None:
-    recorder = procs.spawn("unpicklable", Recorder).get(timeout=30)
+    recorder = procs.spawn("unpicklable", Recorder)
     lock = threading.Lock()
     with pytest.raises(SerializationError, match=r"cannot pickle args\[0\].*lock") as caught:
         recorder.record.call(lock)

@@ -82,7 +82,7 @@ def test_killed_worker_fails_the_waiting_call_with_the_signal(
 ) -> None:
     procs = proc_mesh(gpus=2).get(timeout=30)
     try:
-        sleepers: ActorMesh[Sleeper] = procs.spawn("victims", Sleeper).get(timeout=30)  # type: ignore[assignment]
+        sleepers: ActorMesh[Sleeper] = procs.spawn("victims", Sleeper)  # type: ignore[assignment]
         pid = sleepers.slice(gpus=1).pid.call_one().get(timeout=30)
         waiting = sleepers.slice(gpus=1).block.call_one(30)
         wait_until(
@@ -117,8 +117,8 @@ def test_blocking_def_endpoint_does_not_stall_its_process() -> None:
     """A def endpoint sleeping 10 s; everything else in its process keeps answering."""
     procs = proc_mesh(gpus=2).get(timeout=30)
     try:
-        busy: ActorMesh[Sleeper] = procs.spawn("busy", Sleeper).get(timeout=30)  # type: ignore[assignment]
-        neighbour: ActorMesh[Sleeper] = procs.spawn("neighbour", Sleeper).get(timeout=30)  # type: ignore[assignment]
+        busy: ActorMesh[Sleeper] = procs.spawn("busy", Sleeper)  # type: ignore[assignment]
+        neighbour: ActorMesh[Sleeper] = procs.spawn("neighbour", Sleeper)  # type: ignore[assignment]
         step = busy.slice(gpus=0).block.call_one(10)
         # The handshake: the busy actor's own concurrent endpoint answers while it blocks.
         wait_until(
@@ -145,7 +145,7 @@ def test_blocking_def_endpoint_does_not_stall_its_process() -> None:
 
 def test_stop_leaves_no_process_behind() -> None:
     procs = proc_mesh(gpus=3).get(timeout=30)
-    sleepers = procs.spawn("stopped", Sleeper).get(timeout=30)
+    sleepers = procs.spawn("stopped", Sleeper)
     pids = list(sleepers.pid.call().get(timeout=30).values())
     assert all(not process_gone(pid) for pid in pids)
     procs.stop().get(timeout=30)

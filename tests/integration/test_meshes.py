@@ -88,7 +88,7 @@ def test_stopping_an_actor_mesh_leaves_the_processes_and_other_meshes(procs: Pro
 
 def test_stop_ends_every_process_and_refuses_new_work() -> None:
     procs = proc_mesh(gpus=2).get(timeout=30)
-    echo = procs.spawn("echo", Echo).get(timeout=30)
+    echo = procs.spawn("echo", Echo)
     pids = worker_pids(echo)
     procs.stop().get(timeout=30)
     assert live(pids) == []
@@ -113,22 +113,23 @@ def test_async_with_stops_the_processes() -> None:
 def test_with_block_stops_the_processes_even_when_the_body_raises() -> None:
     pids: list[int] = []
     with pytest.raises(RuntimeError, match="body failed"), proc_mesh(gpus=2).get() as procs:
-        pids.extend(worker_pids(procs.spawn("echo", Echo).get()))
+        pids.extend(worker_pids(procs.spawn("echo", Echo)))
         raise RuntimeError("body failed")
     assert len(pids) == 2
     assert live(pids) == []
 
 
 def test_failing_init_fails_the_spawn_with_actor_init_error(procs: ProcMesh) -> None:
+    broken = procs.spawn("broken", Broken)  # returns at once; __init__ runs in the workers
     with pytest.raises(ActorInitError) as caught:
-        procs.spawn("broken", Broken).get(timeout=30)
+        broken.initialized.get(timeout=30)
     error = caught.value
     assert isinstance(error, KeyError)
     assert error.mesh == "broken"
     assert "no config" in str(error)
     assert "__init__" in str(error)
     # The processes survive a failed spawn.
-    echo = procs.spawn("after_broken", Echo).get(timeout=30)
+    echo = procs.spawn("after_broken", Echo)
     assert len(worker_pids(echo)) == 4
 
 
@@ -141,7 +142,7 @@ def test_spawn_checks_its_arguments(procs: ProcMesh) -> None:
 
 def test_spawn_on_a_slice_of_the_processes(procs: ProcMesh) -> None:
     row = procs.slice(dp=1)
-    echo = row.spawn("row", Echo).get(timeout=30)
+    echo = row.spawn("row", Echo)
     assert echo.shape == Shape.from_dims(("tp",), (2,))
     identities = echo.whoami.call().get(timeout=30)
     assert [i["env_coords"] for i in identities.values()] == [

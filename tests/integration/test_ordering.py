@@ -13,7 +13,7 @@ from actormesh import ActorMesh, ProcMesh
 
 @pytest.fixture
 def recorder(procs: ProcMesh) -> ActorMesh[Recorder]:
-    return procs.spawn("recorder", Recorder).get(timeout=30)  # type: ignore[return-value]
+    return procs.spawn("recorder", Recorder)  # type: ignore[return-value]
 
 
 def test_calls_from_one_sender_are_handled_in_send_order(recorder: ActorMesh[Recorder]) -> None:
@@ -49,7 +49,7 @@ def test_broadcasts_and_calls_from_one_sender_keep_their_order(
 def test_calls_from_an_actor_to_another_actor_arrive_in_order(
     procs: ProcMesh, recorder: ActorMesh[Recorder]
 ) -> None:
-    relay = procs.spawn("ordered_sender", Relay).get(timeout=30)
+    relay = procs.spawn("ordered_sender", Relay)
     relay[0, 0].send_in_order.call_one(recorder[1, 0], 500).get(timeout=30)
     assert recorder[1, 0].recorded.call_one().get(timeout=30) == list(range(500))
 

@@ -11,7 +11,7 @@ from actormesh import ActorMesh, Point, ProcMesh, current_rank, current_size
 
 @pytest.fixture(scope="module")
 def echo(procs: ProcMesh) -> ActorMesh[Echo]:
-    return procs.spawn("ranked", Echo).get(timeout=30)  # type: ignore[return-value]
+    return procs.spawn("ranked", Echo)  # type: ignore[return-value]
 
 
 @pytest.mark.parametrize("endpoint", ["whoami", "whoami_sync"])

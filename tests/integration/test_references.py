@@ -16,12 +16,12 @@ from actormesh._hosts import Runtime
 
 @pytest.fixture(scope="module")
 def echo(procs: ProcMesh) -> ActorMesh[Echo]:
-    return procs.spawn("referenced", Echo).get(timeout=30)  # type: ignore[return-value]
+    return procs.spawn("referenced", Echo)  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="module")
 def relay(procs: ProcMesh) -> ActorMesh[Relay]:
-    return procs.spawn("relay", Relay).get(timeout=30)  # type: ignore[return-value]
+    return procs.spawn("relay", Relay)  # type: ignore[return-value]
 
 
 def test_a_mesh_and_its_slices_pickle_and_stay_callable(echo: ActorMesh[Echo]) -> None:

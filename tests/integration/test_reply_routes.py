@@ -38,7 +38,7 @@ async def warm_up(mesh: ActorMesh[Any]) -> None:
 
 @pytest.fixture(scope="module")
 def echo(procs: ProcMesh) -> ActorMesh[Echo]:
-    return procs.spawn("routed_echo", Echo).get(timeout=30)  # type: ignore[return-value]
+    return procs.spawn("routed_echo", Echo)  # type: ignore[return-value]
 
 
 @pytest.mark.parametrize("runner", ["asyncio", "uvloop"])
@@ -73,7 +73,7 @@ def test_get_on_the_loop_thread_reads_the_reply_itself(echo: ActorMesh[Echo]) ->
 
 
 def test_get_on_the_loop_thread_times_out_with_the_pending_actor(procs: ProcMesh) -> None:
-    sleepers = procs.spawn("routed_sleeper", Sleeper).get(timeout=30)
+    sleepers = procs.spawn("routed_sleeper", Sleeper)
 
     async def main() -> None:
         await warm_up(sleepers[0, 0])
@@ -112,7 +112,7 @@ def test_a_future_made_on_one_loop_is_awaited_on_another(echo: ActorMesh[Echo]) 
 
 
 def test_order_holds_between_sync_code_and_an_event_loop(procs: ProcMesh) -> None:
-    recorder = procs.spawn("routed_recorder", Recorder).get(timeout=30)[0, 0]
+    recorder = procs.spawn("routed_recorder", Recorder)[0, 0]
     # Fire-and-forget from sync code, then calls from a loop: the loop's calls go out on
     # the same connection, after them, and run after them.
     for i in range(50):

@@ -16,7 +16,7 @@ from actormesh import ActorMesh, ProcMesh
 
 @pytest.fixture(scope="module")
 def echo(procs: ProcMesh) -> ActorMesh[Echo]:
-    return procs.spawn("sliced", Echo).get(timeout=30)  # type: ignore[return-value]
+    return procs.spawn("sliced", Echo)  # type: ignore[return-value]
 
 
 def ranks_of(view: ActorMesh[Any]) -> list[int]:

@@ -25,7 +25,7 @@ def _abstract_names() -> set[str]:
 
 
 def test_sockets_are_abstract_names_with_nothing_on_disk(procs: ProcMesh) -> None:
-    echo = procs.spawn("sockets", Echo).get(timeout=30)
+    echo = procs.spawn("sockets", Echo)
     prefixes = set(echo.socket_dir.call().get(timeout=30).values())
     assert len(prefixes) == 1
     prefix = prefixes.pop()
@@ -38,7 +38,7 @@ def test_sockets_are_abstract_names_with_nothing_on_disk(procs: ProcMesh) -> Non
 
 @needs_root
 def test_a_process_of_another_user_is_refused_by_the_listener(procs: ProcMesh) -> None:
-    echo = procs.spawn("strangers", Echo).get(timeout=30)
+    echo = procs.spawn("strangers", Echo)
     prefix = next(iter(echo.socket_dir.call().get(timeout=30).values()))
     name = next(n for n in _abstract_names() if n.startswith(prefix + "/"))
     script = (
@@ -83,7 +83,7 @@ def test_a_client_refuses_a_listener_of_another_user() -> None:
 
 
 def test_arguments_are_pickled_once_whatever_the_fan_out(procs: ProcMesh) -> None:
-    echo = procs.spawn("fan_out", Echo).get(timeout=30)
+    echo = procs.spawn("fan_out", Echo)
     before = CountsPickles.pickled
     values = echo.async_echo.call(CountsPickles()).get(timeout=30)
     assert len(values) == 4

@@ -25,7 +25,7 @@ from actormesh.allocators import ExternalAllocator
 
 def controller(listen: str, count: int, frozen: bool) -> None:
     procs = proc_mesh(count, allocator=ExternalAllocator(listen, timeout=60)).get(timeout=90)
-    where = procs.spawn("where", Where).get(timeout=30)
+    where = procs.spawn("where", Where)
     pids = [value["pid"] for value in where.where.call().get(timeout=30).values()]
     if frozen:
         where.freeze_loop.broadcast(300)
@@ -43,7 +43,7 @@ def controller(listen: str, count: int, frozen: bool) -> None:
 def hosts(listen: str, count: int) -> None:
     hosts = host_mesh(count, allocator=ExternalAllocator(listen, timeout=60)).get(timeout=90)
     procs = hosts.spawn_procs(per_host={"gpus": 2})
-    where = procs.spawn("where", Where).get(timeout=30)
+    where = procs.spawn("where", Where)
     pids = [value["pid"] for value in where.where.call().get(timeout=30).values()]
     print("READY", json.dumps(pids), flush=True)
     sys.stdin.readline()

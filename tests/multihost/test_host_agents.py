@@ -65,7 +65,7 @@ def procs(hosts: HostMesh) -> Iterator[ProcMesh]:
 
 @pytest.fixture(scope="module")
 def where(procs: ProcMesh) -> ActorMesh[Where]:
-    return procs.spawn("where", Where).get(timeout=30)
+    return procs.spawn("where", Where)
 
 
 class Failures:
@@ -135,7 +135,7 @@ def test_a_slice_of_hosts_spawns_only_there(network: Network, hosts: HostMesh) -
     second = hosts.slice(hosts=1)
     assert second.extent == {}
     with second.spawn_procs(per_host={"gpus": 1}) as procs:
-        here = procs.spawn("here", Where).get(timeout=30)
+        here = procs.spawn("here", Where)
         (value,) = here.where.call().get(timeout=30).values()
         assert f"|tcp://{network.hosts[1].ip}:" in str(value["address"])
 
@@ -165,7 +165,7 @@ def test_output_of_remote_actors_reaches_the_controller_prefixed(
 
 def test_a_remote_rank_is_restarted_in_place(hosts: HostMesh, failures: Failures) -> None:
     with hosts.slice(hosts=slice(0, 2)).spawn_procs(per_host={"gpus": 1}, restart="rank") as procs:
-        mesh = procs.spawn("phoenix", Where).get(timeout=30)
+        mesh = procs.spawn("phoenix", Where)
         before = mesh.where.call().get(timeout=30).values()
         with pytest.raises(ActorDiedError, match="restarting the rank"):
             mesh.slice(hosts=1).crash.call_one(3).get(timeout=30)
@@ -183,7 +183,7 @@ def test_killing_an_agent_kills_its_ranks_with_an_error_naming_the_host(
     mesh_hosts, agents = _agents_on(network, 1)
     try:
         procs = mesh_hosts.spawn_procs(per_host={"gpus": 2})
-        blocked = procs.spawn("orphaned", Where).get(timeout=30)
+        blocked = procs.spawn("orphaned", Where)
         pids = [v["pid"] for v in blocked.where.call().get(timeout=30).values()]
         pending = blocked.slice(gpus=0).block.call_one()
         agents[0].kill()  # SIGKILL: `ip netns exec` became the agent
@@ -278,7 +278,7 @@ def test_a_mesh_on_the_controllers_host_is_called_from_other_hosts(
     # The controller listens on the bridge (for its agents), so its own workers listen
     # there too: their addresses are dual, Unix here and TCP for everyone else.
     with actormesh.this_host().spawn_procs(per_host={"gpus": 1}) as procs:
-        local = procs.spawn("local", Where).get(timeout=30)
+        local = procs.spawn("local", Where)
         (address,) = local._ref.paths
         assert f"|tcp://{network.controller_ip}:" in address
         reached = where.slice(hosts=1, gpus=0).call_other.call_one(local, {"gpus": 0})
@@ -296,8 +296,8 @@ def test_a_process_group_and_weight_sync_span_hosts(hosts: HostMesh) -> None:
         hosts.slice(hosts=slice(0, 2)).spawn_procs(per_host={"gpus": 1}) as train_procs,
         hosts.slice(hosts=2).spawn_procs(per_host={"gpus": 2}) as gen_procs,
     ):
-        trainers = train_procs.spawn("trainers", TorchPeer, 0).get(timeout=60)
-        generators = gen_procs.spawn("generators", TorchPeer, 1).get(timeout=60)
+        trainers = train_procs.spawn("trainers", TorchPeer, 0)
+        generators = gen_procs.spawn("generators", TorchPeer, 1)
         setup_process_group(trainers).get(timeout=120)
         sums = [trainers.slice(hosts=h).all_reduce.call_one(h + 1.5) for h in (0, 1)]
         assert [s.get(timeout=60) for s in sums] == [4.0, 4.0]  # 1.5 + 2.5, on both hosts

@@ -87,7 +87,7 @@ def test_workers_on_other_hosts_join_with_the_ranks_they_asked_for(
     network: Network, two_hosts: tuple[ProcMesh, list[subprocess.Popen[str]]]
 ) -> None:
     procs, _ = two_hosts
-    where = procs.spawn("where", Where).get(timeout=30)
+    where = procs.spawn("where", Where)
     first, second = _where(where)
     # The worker on host 2 asked for rank 0: it is {hosts=0}, and it listens on host 2.
     assert str(first["address"]).startswith(f"tcp://{network.hosts[1].ip}:")
@@ -102,8 +102,8 @@ def test_a_mesh_passed_between_hosts_is_called_host_to_host(
     network: Network, two_hosts: tuple[ProcMesh, list[subprocess.Popen[str]]]
 ) -> None:
     procs, _ = two_hosts
-    callers = procs.spawn("callers", Where).get(timeout=30)
-    targets = procs.spawn("targets", Where).get(timeout=30)
+    callers = procs.spawn("callers", Where)
+    targets = procs.spawn("targets", Where)
     host1, host2 = network.hosts[0].ip, network.hosts[1].ip
     assert host1 not in targets.slice(hosts=0).peers.call_one().get(timeout=30)
     # The caller on host 1 ({hosts=1}) gets the mesh and calls its actor on host 2.
@@ -118,7 +118,7 @@ def test_killing_a_remote_worker_fails_its_pending_calls_with_actor_died_error(
 ) -> None:
     procs, workers = _mesh_on(network, [network.hosts[2]])
     try:
-        blocked = procs.spawn("blocked", Where).get(timeout=30)
+        blocked = procs.spawn("blocked", Where)
         (pid,) = [value["pid"] for value in _where(blocked)]
         pending = blocked.block.call_one()
         workers[0].kill()  # `ip netns exec` became the worker: this is its pid
@@ -142,13 +142,13 @@ def test_a_worker_listening_everywhere_advertises_the_address_that_reaches_its_c
     host = network.hosts[2]
     procs, _ = _mesh_on(network, [host], ["--listen-host", "0.0.0.0"])
     try:
-        where = procs.spawn("where", Where).get(timeout=30)
+        where = procs.spawn("where", Where)
         (value,) = _where(where)
         assert str(value["address"]).startswith(f"tcp://{host.ip}:")
         # ... and that address works: another host calls it there.
         others, _ = _mesh_on(network, [network.hosts[0]])
         try:
-            caller = others.spawn("caller", Where).get(timeout=30)
+            caller = others.spawn("caller", Where)
             reached = caller.call_other.call_one(where, {"hosts": 0}).get(timeout=30)
             assert reached["pid"] == value["pid"]
         finally:
@@ -159,7 +159,7 @@ def test_a_worker_listening_everywhere_advertises_the_address_that_reaches_its_c
 
 def test_stopping_a_mesh_ends_its_remote_workers(network: Network) -> None:
     procs, workers = _mesh_on(network, network.hosts[:2])
-    procs.spawn("where", Where).get(timeout=30)
+    procs.spawn("where", Where)
     procs.stop().get(timeout=30)
     assert [worker.wait(timeout=15) for worker in workers] == [0, 0]
     left = network.processes_in(network.hosts[0]) + network.processes_in(network.hosts[1])

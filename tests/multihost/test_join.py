@@ -62,7 +62,7 @@ def test_processes_that_join_before_the_mesh_is_asked_for_wait_for_it() -> None:
     assert joined.wait(30), "the early worker never joined"
     procs = proc_mesh(1, allocator=allocator).get(timeout=60)
     try:
-        where = procs.spawn("where", Where).get(timeout=30)
+        where = procs.spawn("where", Where)
         assert where.where.call_one().get(timeout=30)["pid"] == early.pid
     finally:
         procs.stop().get(timeout=30)

@@ -72,7 +72,7 @@ def test_a_mesh_on_ray_spawns_calls_and_stops_without_leftovers(cluster: Any) ->
     groups_before = _placement_groups(cluster)
     procs = proc_mesh(gpus=2, allocator=RayAllocator(strategy="SPREAD")).get(timeout=120)
     try:
-        where = procs.spawn("where", Where).get(timeout=30)
+        where = procs.spawn("where", Where)
         values = list(where.where.call().get(timeout=30).values())
         pids = [int(v["pid"]) for v in values]
         assert len(set(pids)) == 2 and os.getpid() not in pids
@@ -81,7 +81,7 @@ def test_a_mesh_on_ray_spawns_calls_and_stops_without_leftovers(cluster: Any) ->
         assert all(str(v["address"]).startswith("tcp://127.0.0.1:") for v in values)
         assert [v["env_rank"] for v in values] == ["0", "1"]
         # Actor to actor, process to process.
-        other = procs.spawn("other", Where).get(timeout=30)
+        other = procs.spawn("other", Where)
         reached = where.slice(gpus=0).call_other.call_one(other, {"gpus": 1}).get(timeout=30)
         assert reached["pid"] == pids[1]
         new_groups = set(_placement_groups(cluster)) - set(groups_before)
@@ -95,7 +95,7 @@ def test_a_mesh_on_ray_spawns_calls_and_stops_without_leftovers(cluster: Any) ->
 def test_a_ray_worker_that_dies_fails_its_calls_with_actor_died_error(cluster: Any) -> None:
     procs = proc_mesh(2, allocator=RayAllocator()).get(timeout=120)
     try:
-        where = procs.spawn("where", Where).get(timeout=30)
+        where = procs.spawn("where", Where)
         pids = [int(v["pid"]) for v in where.where.call().get(timeout=30).values()]
         pending = where[1].block.call_one()
         os.kill(pids[1], 9)

@@ -83,7 +83,7 @@ def test_host_agents_land_one_per_node(two_nodes: str) -> None:
         names = [link.hostname for link in hosts._hosts.links if link is not None]
         assert len(set(names)) == 2 and all(name.startswith("Ray node") for name in names)
         procs = hosts.spawn_procs(per_host={"gpus": 2})
-        where = procs.spawn("where", Where).get(timeout=60)
+        where = procs.spawn("where", Where)
         # Both ranks of each host run under that host's agent: on its node.
         by_host = {}
         for child in procs._processes.children:
@@ -91,7 +91,7 @@ def test_host_agents_land_one_per_node(two_nodes: str) -> None:
         assert sorted(by_host.values()) == [[0, 1], [2, 3]] and set(by_host) == set(names)
         assert len(where.where.call().get(timeout=60)) == 4
         # Code that uses Ray inside them joins this cluster, not a private one.
-        users = procs.spawn("users", RayUser).get(timeout=60)
+        users = procs.spawn("users", RayUser)
         seen = users.cluster.call().get(timeout=120).values()
         assert {value["gcs"] for value in seen} == {ray.get_runtime_context().gcs_address}
         assert {value["nodes"] for value in seen} == {2}
@@ -107,7 +107,7 @@ def test_processes_spread_over_both_nodes(two_nodes: str) -> None:
     allocator = RayAllocator(strategy="STRICT_SPREAD")
     procs = proc_mesh(hosts=2, gpus=1, allocator=allocator).get(timeout=120)
     try:
-        where = procs.spawn("where", Where).get(timeout=60)
+        where = procs.spawn("where", Where)
         assert len(where.where.call().get(timeout=60)) == 2
         hosts = {child.host for child in procs._processes.children}  # type: ignore[attr-defined]
         assert len(hosts) == 2

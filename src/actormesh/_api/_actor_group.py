@@ -119,7 +119,8 @@ def actor_mesh(
             for child, placement in zip(procs._processes.children, placements):
                 if placement.cpus:
                     pin(child.pid, placement.cpus)
-            mesh = await procs.spawn(mesh_name, actor_class, *args, **(kwargs or {}))
+            mesh = procs.spawn(mesh_name, actor_class, *args, **(kwargs or {}))
+            await mesh.initialized
         except BaseException:
             await procs.stop()
             raise

@@ -8,7 +8,7 @@ Endpoints are attributes: ``mesh.step`` is the endpoint ``step`` bound to this h
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -20,7 +20,7 @@ from ._actor import missing_endpoint
 from ._adverbs import Adverbs
 from ._choose import ChooseSettings, WhenFull
 from ._endpoint import Endpoint, EndpointOptions
-from ._future import Future
+from ._future import Future, resolved
 from ._mesh_state import MeshState, state_of
 from ._routing import Affinity, ChoosePolicy, policy_from
 
@@ -146,6 +146,18 @@ class ActorMesh(Shaped, Generic[T]):
     def name(self) -> str:
         """The name given at spawn."""
         return self._ref.name
+
+    @property
+    def initialized(self) -> Future[None]:
+        """Resolves once every actor of the mesh is built; fails with ``ActorInitError``
+        if an ``__init__`` raised (then the mesh's actors are dropped)."""
+        spawned: Future[None] | None = self._state.initialized
+        return spawned if spawned is not None else resolved(None)
+
+    def __await__(self) -> Generator[Any, None, ActorMesh[T]]:
+        """``await procs.spawn(...)``: the mesh, once every actor is built."""
+        yield from self.initialized.__await__()
+        return self
 
     def _view(self, shape: Shape) -> ActorMesh[T]:
         return ActorMesh(self._ref, shape, self._class, self._settings)

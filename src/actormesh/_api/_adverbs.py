@@ -8,12 +8,10 @@ losing a connection fails exactly the ranks that were waiting on it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import inspect
 import threading
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -22,7 +20,7 @@ from .._core._envelope import CALL, CANCEL, error_from_payload
 from .._core._limits import check_message_size
 from .._exceptions import ActorDiedError, ActorError, CallTimeoutError, MeshStoppedError
 from .._hosts import Runtime
-from .._shape import Point, ValueMesh
+from .._shape import ValueMesh
 from ._actor import point_of
 from ._choose import WhenFull, check_limits, keyed, submit
 from ._future import Future, resolved
@@ -34,7 +32,7 @@ if TYPE_CHECKING:
     from ._actor_mesh import ActorMesh
     from ._endpoint import Endpoint
 
-__all__ = ["Adverbs", "ResultStream"]
+__all__ = ["Adverbs", "ValueStream"]
 
 R = TypeVar("R")
 
@@ -418,88 +416,64 @@ class _Chosen(_One):
         return self.picked_at
 
 
-class ResultStream(Generic[R]):
-    """Results of ``stream`` in arrival order: ``async for`` in asyncio, ``for`` in sync code.
+class ValueStream(Generic[R]):
+    """Results of ``stream``: one ``Future`` per actor, in the order results arrive.
 
-    Each item is ``(point, value)``; an endpoint error is raised when its turn comes.
+    ``for fut in mesh.ep.stream(x): fut.get()`` (or ``await fut``): the first future
+    yielded resolves with the first result to arrive, whichever actor sent it, and so on,
+    as Monarch's ``stream`` does. Iterating never waits; waiting on a future does.
+    ``async for value in mesh.ep.stream(x)`` gives the values themselves in that order
+    (an endpoint's error is raised in its turn; iterating again goes on with the rest).
     """
 
-    def __init__(self, arm: Callable[[float], None] | None = None) -> None:
+    def __init__(self, count: int, arm: Callable[[float], None] | None = None) -> None:
         self._arm = arm
-        self._items: deque[tuple[Point, Any, BaseException | None]] = deque()
-        self._closed = False
-        self._cond = threading.Condition()
-        self._wakers: list[Callable[[], None]] = []
+        self._futures: list[Future[R]] = [Future() for _ in range(count)]
+        self._arrived = 0
+        self._lock = threading.Lock()
+        self._next = 0  # for async iteration
 
-    def _push(self, point: Point, value: Any, error: BaseException | None) -> None:
-        with self._cond:
-            self._items.append((point, value, error))
-            self._cond.notify_all()
-            wakers, self._wakers = self._wakers, []
-        for wake in wakers:
-            wake()
+    def _push(self, value: Any, error: BaseException | None) -> None:
+        with self._lock:
+            if self._arrived >= len(self._futures):
+                return
+            future = self._futures[self._arrived]
+            self._arrived += 1
+        if error is None:
+            future._set_result(value)
+        else:
+            future._set_exception(error)
 
-    def _close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-            wakers, self._wakers = self._wakers, []
-        for wake in wakers:
-            wake()
+    def _close(self, error: BaseException | None = None) -> None:
+        """No more results will come: the futures still waiting get ``error``."""
+        with self._lock:
+            waiting, self._arrived = self._futures[self._arrived :], len(self._futures)
+        for future in waiting:
+            future._set_exception(error or RuntimeError("the stream ended without a result"))
 
-    def _take(self) -> tuple[Point, R]:
-        point, value, error = self._items.popleft()
-        if error is not None:
-            raise error
-        return point, value
-
-    def with_timeout(self, seconds: float) -> ResultStream[R]:
-        """Give up on the results still missing ``seconds`` from now.
-
-        Iteration then raises ``CallTimeoutError`` naming the actors that had not answered
-        and what each was doing, and ends; their late results are dropped.
-        """
+    def with_timeout(self, seconds: float) -> ValueStream[R]:
+        """Give up on the results still missing ``seconds`` from now: their futures fail
+        with ``CallTimeoutError`` naming the actors that had not answered and what each
+        was doing; their late results are dropped."""
         if self._arm is not None:
             self._arm(seconds)
         return self
 
-    # The stream is its own iterator, so an error raised for one actor does not end the
-    # iteration: the next ``next()`` goes on with the other actors' results.
+    def __len__(self) -> int:
+        return len(self._futures)
 
-    def __iter__(self) -> Iterator[tuple[Point, R]]:
+    def __iter__(self) -> Iterator[Future[R]]:
+        return iter(list(self._futures))
+
+    def __aiter__(self) -> AsyncIterator[R]:
         return self
 
-    def __next__(self) -> tuple[Point, R]:
-        with self._cond:
-            while not self._items and not self._closed:
-                self._cond.wait()
-            if not self._items:
-                raise StopIteration
-            return self._take()
-
-    def __aiter__(self) -> AsyncIterator[tuple[Point, R]]:
-        return self
-
-    async def __anext__(self) -> tuple[Point, R]:
-        loop = asyncio.get_running_loop()
-        while True:
-            with self._cond:
-                if self._items:
-                    return self._take()
-                if self._closed:
-                    raise StopAsyncIteration
-                waiter: asyncio.Future[None] = loop.create_future()
-                self._wakers.append(functools.partial(_settle_threadsafe, loop, waiter))
-            await waiter
-
-
-def _settle_threadsafe(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None]) -> None:
-    loop.call_soon_threadsafe(_settle, waiter)
-
-
-def _settle(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+    async def __anext__(self) -> R:
+        if self._next >= len(self._futures):
+            raise StopAsyncIteration
+        future = self._futures[self._next]
+        self._next += 1
+        return await future
 
 
 class _Stream(_Request):
@@ -508,7 +482,7 @@ class _Stream(_Request):
 
     def __init__(self, mesh: ActorMesh[Any], endpoint: str) -> None:
         super().__init__(mesh, endpoint, mesh._shape.ranks)
-        self.stream: ResultStream[Any] = ResultStream(self._arm)
+        self.stream: ValueStream[Any] = ValueStream(len(self.ranks), self._arm)
         deadline = self.runtime.config.default_timeout
         if deadline is not None:
             self._arm(deadline)
@@ -517,18 +491,13 @@ class _Stream(_Request):
         self.runtime.call_soon(self.arm_deadline, seconds)
 
     def _value(self, rank: int, value: Any) -> None:
-        self.stream._push(self._local_point(rank), value, None)
+        self.stream._push(value, None)
 
     def _error(self, rank: int, error: BaseException) -> None:
-        self.stream._push(self._local_point(rank), None, error)
+        self.stream._push(None, error)
 
     def _give_up(self, error: BaseException) -> None:
-        self.stream._push(Point((), (), ()), None, error)
-        self.stream._close()
-
-    def _local_point(self, rank: int) -> Point:
-        shape = self.mesh._shape
-        return shape.point(shape.index_of_rank(rank))
+        self.stream._close(error)
 
     def _complete(self) -> None:
         self.stream._close()
@@ -617,7 +586,7 @@ class Adverbs:
 
     def stream(
         self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> ResultStream[Any]:
+    ) -> ValueStream[Any]:
         parts = self._prepare(ep, args, kwargs)
         request = _Stream(self.mesh, ep.name)
         request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])

@@ -20,7 +20,7 @@ from ._signature import Arity
 
 if TYPE_CHECKING:
     from .._shape import ValueMesh
-    from ._adverbs import ResultStream
+    from ._adverbs import ValueStream
     from ._future import Future
 
 __all__ = ["Endpoint", "EndpointOptions", "endpoint"]
@@ -142,8 +142,8 @@ class Endpoint(Generic[P, R]):
 
         return call
 
-    def stream(self, *args: P.args, **kwargs: P.kwargs) -> ResultStream[R]:
-        """Call every actor; iterate ``(point, value)`` pairs in arrival order."""
+    def stream(self, *args: P.args, **kwargs: P.kwargs) -> ValueStream[R]:
+        """Call every actor; one ``Future`` per result, in arrival order (``ValueStream``)."""
         return self._target()._adverbs.stream(self, args, kwargs)  # type: ignore[no-any-return]
 
     def shard(self, *args: P.args, **kwargs: P.kwargs) -> Future[Any]:

@@ -115,8 +115,10 @@ class Future(Generic[R]):
         """Block until done and return the value (or raise the error).
 
         Args:
-            timeout: seconds to wait; on expiry ``CallTimeoutError`` says what was pending,
-                and the call is abandoned (a late reply is dropped).
+            timeout: seconds to wait. On expiry ``CallTimeoutError`` (a ``TimeoutError``)
+                says what was pending, and the call goes on, as with
+                ``concurrent.futures``: a later ``get()`` may still return its value.
+                ``cancel()`` gives it up.
 
         Raises:
             RuntimeError: called on the runtime's event-loop thread (inside an async
@@ -134,27 +136,28 @@ class Future(Generic[R]):
                 if route.must_pump():
                     route.pump(self.done, timeout)
                     if self._state == _PENDING:
-                        self._expire(timeout)
+                        raise self._timed_out(timeout)
                     return self.result()
             waiter = threading.Lock()
             waiter.acquire()
             self.add_done_callback(lambda _: waiter.release())
-            if not waiter.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
-                self._expire(timeout)
+            ready = waiter.acquire(timeout=-1 if timeout is None else max(timeout, 0))
+            if not ready and self._state == _PENDING:
+                raise self._timed_out(timeout)
         return self.result()
 
-    def _expire(self, timeout: float | None) -> None:
-        on_timeout, on_cancel = self._on_timeout, self._on_cancel
+    def _timed_out(self, timeout: float | None) -> CallTimeoutError:
+        """The error of a wait that ran out (the call itself goes on)."""
+        on_timeout = self._on_timeout
         if on_timeout is not None:
             error = on_timeout(timeout)  # may ask the actors what they are doing
-        else:
-            error = CallTimeoutError(f"timed out after {timeout:g} s")
-        self._finish(_FAILED, error)
-        if on_cancel is not None and self._value is error:  # not answered meanwhile
-            on_cancel()
+            if isinstance(error, CallTimeoutError):
+                return error
+        return CallTimeoutError(f"timed out after {timeout:g} s")
 
     async def wait(self, timeout: float | None = None) -> R:
-        """``await`` with a timeout: the value, or ``CallTimeoutError`` as ``get`` raises it.
+        """``await`` with a timeout: the value, or ``CallTimeoutError`` as ``get`` raises it
+        (the call goes on; a later wait may still get its value).
 
         ``asyncio.wait_for(future, t)`` works too (it cancels the call on expiry and raises
         a plain ``TimeoutError``); this one says which actors had not answered and what
@@ -170,8 +173,9 @@ class Future(Generic[R]):
             try:
                 await asyncio.wait_for(waiter, max(timeout, 0))
             except TimeoutError:
-                # Asking the actors blocks briefly: not on this (maybe the runtime's) loop.
-                await asyncio.to_thread(self._expire, timeout)
+                if self._state == _PENDING:
+                    # Asking the actors blocks briefly: not on this (maybe the runtime's) loop.
+                    raise await asyncio.to_thread(self._timed_out, timeout) from None
         return await self
 
     def cancel(self) -> bool:

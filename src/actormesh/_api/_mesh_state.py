@@ -56,6 +56,9 @@ class MeshState:
         self.name = name
         self.paths = paths
         self.stopped = False
+        # The spawn's future (its __init__ calls), and the first __init__ error if any.
+        self.initialized: Any = None
+        self.init_error: BaseException | None = None
         self.choose: Any = "power_of_two"
         self.dead: dict[int, str] = {}
         self.unhandled: list[Failure] = []
@@ -81,6 +84,8 @@ class MeshState:
     def check_usable(self, ranks: tuple[int, ...] | list[int]) -> None:
         """Raise if a call to ``ranks`` may not go out: the mesh was stopped, or one of
         them has a failure nobody handled (see ``_supervision`` for the rule)."""
+        if self.init_error is not None:
+            raise self.init_error
         if self.stopped:
             raise MeshStoppedError(f"actor mesh '{self.name}' was stopped")
         if not self.unhandled:

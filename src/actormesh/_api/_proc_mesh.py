@@ -79,12 +79,14 @@ class ProcMesh(Shaped):
         ranks = tuple(root * count + j for root in self._shape.ranks for j in range(count))
         return ProcMesh(self._processes, Shape(shape.labels, shape.sizes, ranks), count)
 
-    def spawn(self, name: str, actor_class: type[T], /, *args: Any, **kwargs: Any) -> Future[T]:
+    def spawn(self, name: str, actor_class: type[T], /, *args: Any, **kwargs: Any) -> T:
         """Build one ``actor_class(*args, **kwargs)`` in every process of this mesh.
 
-        The future's value is the ``ActorMesh`` (typed as the actor class, so endpoints
-        type-check). If any ``__init__`` raises, the spawn fails with ``ActorInitError``
-        and the actors that did start are dropped.
+        Returns the ``ActorMesh`` at once (typed as the actor class, so endpoints
+        type-check); calls made on it right away wait for the actors to be built.
+        ``await mesh`` or ``mesh.initialized.get()`` waits for every ``__init__``: if one
+        raised, that fails with ``ActorInitError``, the actors that did start are dropped,
+        and calls on the mesh raise it too.
         """
         if self._processes.stopped:
             raise MeshStoppedError(f"process mesh '{self._processes.name}' was stopped")
@@ -113,8 +115,9 @@ class ProcMesh(Shaped):
         if self._processes.restarter is not None:
             self._processes.restarter.remember(mesh, spec)
         request = _Spawn(mesh)
+        mesh._state.initialized = request.future
         request.send([(path, ranks, [payload, *buffers]) for path, ranks in mesh._routes()])
-        return request.future
+        return mesh  # type: ignore[return-value]
 
     def stop(self) -> Future[None]:
         """Stop every process of this mesh (all of it, whichever slice this is)."""
@@ -165,10 +168,11 @@ class _Spawn(_Gather):
 
     def _complete(self) -> None:
         if self.init_errors:
+            self.state.init_error = self.init_errors[0]
             self.mesh.stop()
             self.future._set_exception(self.init_errors[0])
         else:
-            self.future._set_result(self.mesh)
+            self.future._set_result(None)
 
 
 def proc_mesh(

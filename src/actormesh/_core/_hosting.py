@@ -131,6 +131,8 @@ class Hosting:
     loop: asyncio.AbstractEventLoop
     _hosted: dict[str, dict[int, _HostedActor]]
     _spawners: dict[str, Connection]
+    # (mesh id, rank) -> the error payload of an __init__ that raised here.
+    _failed_inits: dict[tuple[str, int], bytes]
     # Connections callers' own event loops read their replies on, by token (REPLY_TO).
     _reply_conns: dict[str, Connection]
 
@@ -167,8 +169,12 @@ class Hosting:
     def _reply_missing(
         self, conn: Connection, req_id: int, rank: int, mesh_id: str, endpoint: str
     ) -> None:
-        error = MeshStoppedError(f"actor mesh {mesh_id!r} has no live actor of rank {rank} here")
-        payload = env.error_payload(error, mesh=mesh_id, point={}, endpoint=endpoint)
+        payload = self._failed_inits.get((mesh_id, rank))
+        if payload is None:
+            error = MeshStoppedError(
+                f"actor mesh {mesh_id!r} has no live actor of rank {rank} here"
+            )
+            payload = env.error_payload(error, mesh=mesh_id, point={}, endpoint=endpoint)
         head = (
             (env.REPLY, req_id, rank, False) if req_id else (env.FAILURE, mesh_id, rank, endpoint)
         )
@@ -204,6 +210,8 @@ class Hosting:
                     payload = env.error_payload(
                         error, mesh=name, point=point, endpoint="__init__", init=True
                     )
+                    # Calls that come later get this error, not "no such actor".
+                    self._failed_inits[(mesh_id, rank)] = payload
                     reply = [env.encode_header((env.REPLY, req_id, rank, False)), payload]
                 with contextlib.suppress(TransportClosed):
                     conn.send(reply)
@@ -316,6 +324,8 @@ class Hosting:
     def _handle_stop_mesh(self, conn: Connection, header: tuple[Any, ...]) -> None:
         _, req_id, mesh_id = header
         self._spawners.pop(mesh_id, None)
+        for key in [key for key in self._failed_inits if key[0] == mesh_id]:
+            del self._failed_inits[key]
         actors = list(self._hosted.pop(mesh_id, {}).values())
         replied = False
 

@@ -134,6 +134,16 @@ class Mailbox:
             while self._queue:
                 self._queue.popleft().fail(error)
         done(error)
+        host = self._host
+        if host is not None and self._queue:
+            # Calls to concurrent endpoints that came while it was being built start now,
+            # as they would have on arrival; the others run in order.
+            waiting, self._queue = self._queue, deque()
+            for message in waiting:
+                if _is_concurrent(host, message.endpoint):
+                    self._start_concurrent(host, message)
+                else:
+                    self._queue.append(message)
         self._kick()
 
     def deliver(self, message: Message) -> None:
