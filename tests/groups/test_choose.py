@@ -162,7 +162,8 @@ def test_a_waiting_call_can_be_cancelled_or_time_out_without_running(workers: An
     timing_out = one.work.choose(0)
     assert waiting.cancel()
     with pytest.raises(CallTimeoutError, match="waiting for an actor with capacity"):
-        timing_out.get(timeout=0.05)
+        timing_out.get(timeout=0.05)  # the wait runs out; the call still waits its turn...
+    assert timing_out.cancel()  # ...until the caller gives it up
     assert busy.get(timeout=30) == 2
     assert one.count.call_one().get(timeout=30) == before + 1  # the others never ran
 
