@@ -174,9 +174,14 @@ class _ActorHost:
         return options.kind
 
     def invoke(self, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if endpoint == SYSTEM_ENDPOINT and endpoint not in self.table:
+        options = self.table.get(endpoint)
+        if options is None and endpoint == SYSTEM_ENDPOINT:
             fn, *rest = args
             return fn(self, *rest, **kwargs)
+        if options is not None and options.explicit_port:
+            from ._ports import explicit_port
+
+            return getattr(self.instance, endpoint)(explicit_port(), *args, **kwargs)
         return getattr(self.instance, endpoint)(*args, **kwargs)
 
     def close(self) -> None:

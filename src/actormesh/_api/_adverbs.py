@@ -555,14 +555,22 @@ class Adverbs:
         return request.future
 
     def broadcast(
-        self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        ep: Endpoint[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        port: tuple[str, int] | None = None,
     ) -> None:
+        """Send without waiting; with a ``port`` (address, id), each actor's answer (or
+        error) goes there, else an error goes to the mesh's owner (supervision)."""
         parts = self._prepare(ep, args, kwargs)
         runtime, mesh_id = Runtime.get(), self.mesh._ref.mesh_id
         dead: dict[int, str] = {}
         outgoing = []
         for path, ranks in self.mesh._routes():
-            header = (CALL, 0, mesh_id, ranks, ep.name)
+            header: tuple[Any, ...] = (CALL, 0, mesh_id, ranks, ep.name)
+            if port is not None:
+                header = (*header, None, port)
             if runtime.relaunching(path):
                 later = functools.partial(_send_later, runtime, path, header, parts)
                 if runtime.when_back(path, later):

@@ -39,6 +39,7 @@ class EndpointOptions:
         choose: the default ``choose`` policy name or object, or ``None`` for the mesh's.
         idempotent: safe to run again after a restart.
         arity: what arguments it accepts, checked at the call site (``None``: unchecked).
+        explicit_port: its first argument is the port it answers through.
     """
 
     kind: EndpointKind
@@ -46,6 +47,7 @@ class EndpointOptions:
     choose: Any = None
     idempotent: bool = False
     arity: Arity | None = None
+    explicit_port: bool = False
 
 
 class Endpoint(Generic[P, R]):
@@ -181,6 +183,9 @@ def endpoint(
     dispatch: Any = None,
     choose: Any = None,
     idempotent: bool = False,
+    explicit_response_port: bool = False,
+    propagate: Any = None,
+    instrument: bool = True,
 ) -> Callable[[Callable[..., Any]], Endpoint[Any, Any]]: ...
 def endpoint(
     fn: Callable[..., Any] | None = None,
@@ -190,6 +195,9 @@ def endpoint(
     dispatch: Any = None,
     choose: Any = None,
     idempotent: bool = False,
+    explicit_response_port: bool = False,
+    propagate: Any = None,
+    instrument: bool = True,
 ) -> Any:
     """Mark an actor method as an endpoint; bare (``@endpoint``) or with options.
 
@@ -200,7 +208,14 @@ def endpoint(
             or a Ray-style ``fn(mesh, method_name, *args, **kwargs)``.
         choose: default ``choose`` policy for this endpoint.
         idempotent: the endpoint may be re-run after a rank restarts.
+        explicit_response_port: the method takes a ``Port`` first (callers do not pass
+            it) and answers by ``port.send(value)`` (or ``port.exception(error)``), then
+            or later, from any thread; what it returns is not the answer.
+        propagate: accepted for Monarch's programs; it concerns its tensor engine, which
+            actormesh does not have.
+        instrument: accepted for Monarch's programs (tracing spans); no effect.
     """
+    del propagate, instrument
 
     def decorate(method: Callable[..., Any]) -> Endpoint[Any, Any]:
         if isinstance(method, Endpoint):
@@ -219,7 +234,11 @@ def endpoint(
             kind = EndpointKind.ASYNC
         else:
             kind = EndpointKind.SYNC
-        options = EndpointOptions(kind, dispatch, choose, idempotent, Arity.of(method))
+        hidden = 1 if explicit_response_port else 0
+        arity = Arity.of(method, hidden=hidden)
+        options = EndpointOptions(
+            kind, dispatch, choose, idempotent, arity, explicit_port=explicit_response_port
+        )
         return Endpoint(method, options)
 
     if fn is not None:

@@ -38,13 +38,17 @@ class Arity:
     positional_names: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, fn: Callable[..., Any]) -> Arity | None:
-        """The arity of an unbound method, or ``None`` when it has no usable signature."""
+    def of(cls, fn: Callable[..., Any], *, hidden: int = 0) -> Arity | None:
+        """The arity of an unbound method, or ``None`` when it has no usable signature.
+
+        ``hidden``: leading parameters after ``self`` that callers do not pass (the
+        response port of an explicit-port endpoint).
+        """
         try:
             signature = inspect.signature(fn)
         except (TypeError, ValueError):
             return None
-        params = list(signature.parameters.values())[1:]  # drop self
+        params = list(signature.parameters.values())[1 + hidden :]  # drop self
         kinds = inspect.Parameter
         by_position = [
             p for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)

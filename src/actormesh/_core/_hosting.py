@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from .._exceptions import MeshStoppedError
+from .._exceptions import ActorDiedError, MeshStoppedError
 from .._transport import Connection, TransportClosed
 from . import _envelope as env
 from ._inspect import describe
@@ -41,17 +41,27 @@ class _HostedActor:
 
 
 class _Delivery:
-    """One call to one hosted actor, and the way back to its caller."""
+    """One call to one hosted actor, and the way back to its caller.
+
+    The answer goes back once: to the caller's request (``req_id``), or to a port named
+    by the call (``send(..., port=)``: each actor's answer goes there). An endpoint that
+    answers through an explicit response port marks the delivery ``deferred``: its return
+    value is then not the answer, the port's ``send`` is (and may come later, from any
+    thread).
+    """
 
     __slots__ = (
+        "answered",
         "buffers",
         "cancelled",
         "conn",
+        "deferred",
         "endpoint",
         "mesh_id",
         "mesh_name",
         "payload",
         "point",
+        "port",
         "rank",
         "reply_conn",
         "req_id",
@@ -59,6 +69,8 @@ class _Delivery:
 
     # The largest reply this process may send (Config.max_message_bytes, set by Runtime).
     max_bytes: ClassVar[int] = 1 << 40
+    # How to reach a port's process (the runtime's ``connection``, set by Runtime).
+    connect: ClassVar[Callable[[str], Connection] | None] = None
 
     def __init__(
         self,
@@ -70,8 +82,12 @@ class _Delivery:
         buffers: list[memoryview],
         hosted: _HostedActor,
         reply_conn: Connection | None = None,
+        port: tuple[str, int] | None = None,
     ) -> None:
         self.conn = conn  # where the call came in (CANCEL and INSPECT match on it)
+        self.port = port  # (address, id) of the port the answer goes to, if any
+        self.answered = False
+        self.deferred = False
         self.reply_conn = reply_conn  # the caller's reply route, when it has one here
         self.req_id = req_id
         self.rank = rank
@@ -88,30 +104,52 @@ class _Delivery:
         return args, kwargs
 
     def succeed(self, value: Any) -> None:
-        if self.req_id == 0:
+        if self.deferred:
+            return  # the endpoint answers through its response port
+        self.answer(value)
+
+    def answer(self, value: Any) -> None:
+        """Send ``value`` as the answer (once; any thread)."""
+        if self.answered or (self.req_id == 0 and self.port is None):
             return
+        self.answered = True
         try:
             payload, buffers = dumps(value)
             if len(payload) > self.max_bytes or buffers:
                 what = f"the value returned by endpoint '{self.endpoint}'"
                 check_message_size([payload, *buffers], self.max_bytes, what)
         except Exception as error:
+            self.answered = False
             self.fail(error)
             return
-        header = env.encode_header((env.REPLY, self.req_id, self.rank, True))
-        self._answer([header, payload, *buffers])
+        self._answer(True, [payload, *buffers])
 
     def fail(self, error: BaseException) -> None:
+        """Send ``error`` as the answer (once; any thread)."""
+        if self.answered:
+            return
+        self.answered = True
         payload = env.error_payload(
             error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint
         )
-        if self.req_id == 0:
+        if self.req_id == 0 and self.port is None:
             header = env.encode_header((env.FAILURE, self.mesh_id, self.rank, self.endpoint))
-        else:
-            header = env.encode_header((env.REPLY, self.req_id, self.rank, False))
-        self._answer([header, payload])
+            with contextlib.suppress(TransportClosed):
+                self.conn.send([header, payload])
+            return
+        self._answer(False, [payload])
 
-    def _answer(self, parts: list[Any]) -> None:
+    def _answer(self, ok: bool, parts: list[Any]) -> None:
+        port = self.port
+        if port is not None:
+            address, port_id = port
+            header = env.encode_header((env.REPLY, port_id, self.rank, ok))
+            connect = _Delivery.connect
+            with contextlib.suppress(TransportClosed, OSError, ActorDiedError):
+                assert connect is not None
+                connect(address).send([header, *parts])
+            return
+        parts = [env.encode_header((env.REPLY, self.req_id, self.rank, ok)), *parts]
         # On the caller's reply route if it has one; else, or if that route has closed,
         # on the connection the call came in on (the caller's runtime reads that one).
         route = self.reply_conn
@@ -143,7 +181,9 @@ class Hosting:
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
     ) -> None:
         req_id, mesh_id, ranks, endpoint = header[1:5]
-        reply_conn = self._reply_conns.get(header[5]) if len(header) > 5 else None
+        token = header[5] if len(header) > 5 else None
+        reply_conn = self._reply_conns.get(token) if token is not None else None
+        port = header[6] if len(header) > 6 else None
         actors = self._hosted.get(mesh_id, {})
         payload, buffers = parts[1], parts[2:]
         for rank in ranks:
@@ -152,7 +192,7 @@ class Hosting:
                 self._reply_missing(conn, req_id, rank, mesh_id, endpoint)
                 continue
             hosted.mailbox.deliver(
-                _Delivery(conn, req_id, rank, endpoint, payload, buffers, hosted, reply_conn)
+                _Delivery(conn, req_id, rank, endpoint, payload, buffers, hosted, reply_conn, port)
             )
 
     def _handle_reply_to(self, conn: Connection, header: tuple[Any, ...]) -> None:

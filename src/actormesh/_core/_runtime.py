@@ -103,6 +103,7 @@ class CoreRuntime(Hosting):
     def __init__(self, config: Config, loop: asyncio.AbstractEventLoop, key: str) -> None:
         self.config = config
         _Delivery.max_bytes = config.max_message_bytes
+        _Delivery.connect = self.connection
         self.loop = loop
         self.key = key
         # Workers started here share their owner's directory; others make their own.
