@@ -8,6 +8,7 @@ the actor's own thread, inside a context that makes ``current_rank()`` answer.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
 import logging
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._core import EndpointKind
 from .._exceptions import EndpointNotFoundError
+from .._hosts import Runtime
 from .._hosts._output import CURRENT_PREFIX
 from .._shape import Point
 from ._context import ActorIdentity, set_current_actor
@@ -62,6 +64,8 @@ SYSTEM_ENDPOINT = "__actormesh_system__"
 
 # Hooks an actor may define that the runtime calls through its mailbox (see _supervision).
 HOOKS = frozenset({"__supervise__"})
+# Seconds an async __cleanup__ may take when its actor is stopped.
+_CLEANUP_WAIT = 10.0
 
 
 class Actor:
@@ -185,8 +189,11 @@ class _ActorHost:
         return getattr(self.instance, endpoint)(*args, **kwargs)
 
     def close(self) -> None:
-        # Hooks added by system calls (a process group to destroy, say), newest first; one
-        # failing must not keep the others from running or the actor from being dropped.
+        # On the actor's thread, after its last message. First the actor's own
+        # __cleanup__(None) (Monarch's hook), then the hooks added by system calls (a
+        # process group to destroy, say), newest first; one failing must not keep the
+        # others from running or the actor from being dropped.
+        self._cleanup()
         while self.on_close:
             hook = self.on_close.pop()
             try:
@@ -194,6 +201,22 @@ class _ActorHost:
             except Exception:
                 log.exception("a close hook of an actor failed")
         self.instance = None
+
+    def _cleanup(self) -> None:
+        cleanup = getattr(self.instance, "__cleanup__", None)
+        if cleanup is None:
+            return
+        try:
+            result = self.context.run(cleanup, None)
+            if inspect.iscoroutine(result):
+                runtime = Runtime.current()
+                if runtime is None:
+                    result.close()
+                    return
+                # An async hook runs on the process' loop, as the actor's endpoints do.
+                asyncio.run_coroutine_threadsafe(result, runtime.loop).result(_CLEANUP_WAIT)
+        except Exception:
+            log.exception("__cleanup__ of %s raised", type(self.instance).__qualname__)
 
 
 @dataclass

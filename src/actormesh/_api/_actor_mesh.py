@@ -123,6 +123,7 @@ class ActorMesh(Shaped, Generic[T]):
         self._adverbs = Adverbs(self)
         self._bound: dict[str, Endpoint[Any, Any]] = {}
         self._route_cache: list[tuple[str, tuple[int, ...]]] | None = None
+        self._view_cache: tuple[Any, ...] | None = None
 
     # -- endpoints ----------------------------------------------------------------------
 
@@ -180,6 +181,20 @@ class ActorMesh(Shaped, Generic[T]):
     def rename(self, **names: str) -> ActorMesh[T]:
         """Rename dimensions: ``mesh.rename(gpus="dp")``."""
         return self._view(self._shape.rename(**names))
+
+    def _message_view(self) -> tuple[Any, ...] | None:
+        """What a call must tell its actors of this handle's shape so each knows its
+        place in it (``current_rank()``): nothing for the whole mesh as spawned."""
+        view = self._view_cache
+        if view is None:
+            shape, ref = self._shape, self._ref
+            whole = (
+                shape.labels == ref.labels
+                and shape.sizes == ref.sizes
+                and shape.ranks == tuple(range(len(ref.paths)))
+            )
+            view = self._view_cache = () if whole else (shape.labels, shape.sizes, shape.ranks)
+        return view or None
 
     def _routes(self) -> list[tuple[str, tuple[int, ...]]]:
         """``(process path, ranks hosted there)`` for this handle's actors, in rank order."""

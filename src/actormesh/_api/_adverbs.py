@@ -139,7 +139,11 @@ class _Request:
         return self.state.started(rank)
 
     def _header(self, ranks: tuple[int, ...], token: str | None = None) -> tuple[Any, ...]:
-        """The frame header for ``ranks``; with a reply route's ``token``, if it has one."""
+        """The frame header for ``ranks``; with a reply route's ``token``, if it has one,
+        and the shape of a slice the call was made on (see ``_message_view``)."""
+        view = self.mesh._message_view()
+        if view is not None:
+            return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint, token, None, view)
         if token is None:
             return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint)
         return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint, token)
@@ -569,8 +573,9 @@ class Adverbs:
         outgoing = []
         for path, ranks in self.mesh._routes():
             header: tuple[Any, ...] = (CALL, 0, mesh_id, ranks, ep.name)
-            if port is not None:
-                header = (*header, None, port)
+            view = self.mesh._message_view()
+            if port is not None or view is not None:
+                header = (*header, None, port, view)
             if runtime.relaunching(path):
                 later = functools.partial(_send_later, runtime, path, header, parts)
                 if runtime.when_back(path, later):

@@ -11,10 +11,21 @@ import contextvars
 from dataclasses import dataclass
 from typing import Any
 
+from .._core import CoreRuntime
 from .._core._mailbox import CURRENT_MESSAGE
-from .._shape import Point
+from .._shape import Point, Shape
 
-__all__ = ["ActorIdentity", "cancelled", "current_actor", "current_rank", "current_size"]
+__all__ = [
+    "ActorIdentity",
+    "Context",
+    "Instance",
+    "cancelled",
+    "context",
+    "current_actor",
+    "current_actor_name",
+    "current_rank",
+    "current_size",
+]
 
 
 @dataclass(frozen=True)
@@ -43,19 +54,85 @@ def set_current_actor(identity: ActorIdentity) -> None:
 
 
 def current_rank() -> Point:
-    """Coordinates of the calling actor in its mesh.
+    """Coordinates of the calling actor in the mesh the message it handles was sent to.
 
-    The result has ``.rank`` (the flat rank) and is a mapping of dimension to index, so
-    ``other_mesh.slice(**current_rank())`` selects the peer with the same coordinates.
-    Outside an actor it is the one point of an empty shape (rank 0, no dimensions).
+    For a call to the whole mesh (and in ``__init__``) that is its place in its mesh;
+    for a call to a slice, its place in that slice (``mesh.slice(gpus=1)``: no ``gpus``
+    dimension), as Monarch's ``current_rank()`` is. ``context().actor_instance.rank`` is
+    always the place in the whole mesh. The result has ``.rank`` (the flat rank) and is a
+    mapping of dimension to index, so ``other_mesh.slice(**current_rank())`` selects the
+    peer with the same coordinates. Outside an actor it is the one point of an empty
+    shape (rank 0, no dimensions).
     """
     identity = _CURRENT.get()
-    return identity.point if identity is not None else _CONTROLLER_POINT
+    if identity is None:
+        return _CONTROLLER_POINT
+    message = CURRENT_MESSAGE.get()
+    view = getattr(message, "view", None)
+    if not view:
+        return identity.point
+    shape = Shape(*view)
+    return shape.point(shape.index_of_rank(identity.point.rank))
 
 
 def current_size() -> dict[str, int]:
     """Sizes of the calling actor's mesh, by dimension (empty outside actors)."""
     return dict(current_rank().extent)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """The running actor (``context().actor_instance``).
+
+    Attributes:
+        rank: its place in its whole mesh.
+        name: its mesh's name (``"root"`` in the controller).
+        class_name: its class' qualified name (``None`` in the controller).
+        actor_id: a name unique in the job.
+        proc_id: the name of its process.
+    """
+
+    rank: Point
+    name: str
+    class_name: str | None
+    actor_id: str
+    proc_id: str
+
+    @property
+    def proc(self) -> Any:
+        """Its process, as a one-process mesh (``this_proc()``)."""
+        from ._host_mesh import this_proc
+
+        return this_proc()
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where the running code is: the actor, and the message it handles."""
+
+    actor_instance: Instance
+    message_rank: Point
+
+
+def context() -> Context:
+    """The running actor and its message's rank (the controller's, outside actors)."""
+    identity = _CURRENT.get()
+    runtime = CoreRuntime.current()
+    proc_id = runtime.key if runtime is not None else "controller"
+    if identity is None:
+        instance = Instance(_CONTROLLER_POINT, "root", None, f"root@{proc_id}", proc_id)
+        return Context(instance, _CONTROLLER_POINT)
+    mesh = identity.mesh
+    class_name = mesh._ref.class_name if mesh is not None else None
+    mesh_id = mesh._ref.mesh_id if mesh is not None else identity.mesh_name
+    actor_id = f"{mesh_id}[{identity.point.rank}]@{proc_id}"
+    instance = Instance(identity.point, identity.mesh_name, class_name, actor_id, proc_id)
+    return Context(instance, current_rank())
+
+
+def current_actor_name() -> str:
+    """The running actor's unique name (``context().actor_instance.actor_id``)."""
+    return context().actor_instance.actor_id
 
 
 def cancelled() -> bool:

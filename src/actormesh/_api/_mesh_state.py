@@ -25,7 +25,8 @@ _LATENCY_WINDOW = 1024
 
 @dataclass(frozen=True)
 class Failure:
-    """A failure of an actor mesh that its owner must hear about.
+    """A failure of an actor mesh that its owner must hear about (Monarch's
+    ``MeshFailure``: ``mesh_name``, ``crashed_ranks`` and ``report()`` too).
 
     Attributes:
         mesh: name of the mesh.
@@ -38,6 +39,26 @@ class Failure:
     ranks: tuple[int, ...]
     kind: str
     error: BaseException
+
+    @property
+    def mesh_name(self) -> str:
+        """The name of the failed mesh."""
+        return self.mesh
+
+    @property
+    def crashed_ranks(self) -> list[int]:
+        """The ranks the failure concerns."""
+        return list(self.ranks)
+
+    def report(self) -> str:
+        """What happened, in words."""
+        return (
+            f"actor mesh '{self.mesh}' ranks {list(self.ranks)} failed ({self.kind}): {self.error}"
+        )
+
+    def __str__(self) -> str:
+        ranks = list(self.ranks)
+        return f"MeshFailure(mesh_name={self.mesh}, crashed_ranks={ranks}, event={self.error})"
 
 
 @dataclass

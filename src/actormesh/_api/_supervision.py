@@ -47,7 +47,14 @@ from .._hosts import ChildProcess, Runtime
 from ._context import current_actor
 from ._mesh_state import Failure, MeshState, all_states
 
-__all__ = ["Failure", "adopt", "install", "report", "set_failure_hook"]
+__all__ = [
+    "Failure",
+    "adopt",
+    "install",
+    "report",
+    "set_failure_hook",
+    "unhandled_fault_hook",
+]
 
 log = logging.getLogger("actormesh.supervision")
 
@@ -97,12 +104,13 @@ def report(state: MeshState, failure: Failure) -> None:
 
 
 def _to_controller(state: MeshState | None, failure: Failure) -> None:
-    if _hook is not None:
+    hook = _hook if _hook is not None else _monarch_hook()
+    if hook is not None:
         try:
-            _hook(failure)
-        except Exception:
-            log.exception("the failure hook raised")
-        return
+            hook(failure)
+            return
+        except BaseException:
+            log.exception("the failure hook raised; the failure stays unhandled")
     print(
         f"actormesh: unhandled failure of mesh '{failure.mesh}' (ranks {list(failure.ranks)},"
         f" {failure.kind}): {failure.error}",
@@ -111,6 +119,25 @@ def _to_controller(state: MeshState | None, failure: Failure) -> None:
     )
     if state is not None:
         state.unhandled.append(failure)
+
+
+def unhandled_fault_hook(failure: Failure) -> None:
+    """What a failure nobody handled does in the controller, as Monarch's programs
+    override it: ``actormesh.actor.unhandled_fault_hook = fn``.
+
+    This default is actormesh's own behaviour, not Monarch's (which exits the program):
+    the failure is written to stderr and calls that include the failed ranks raise
+    ``SupervisionError`` (see the module docstring). A replacement that returns handles
+    the failure; one that raises leaves it unhandled.
+    """
+    raise NotImplementedError("the default is built into the controller")
+
+
+def _monarch_hook() -> Callable[[Failure], None] | None:
+    # A program written for Monarch sets the hook as a module attribute, at any time.
+    face = sys.modules.get("actormesh.actor")
+    hook = getattr(face, "unhandled_fault_hook", None) if face is not None else None
+    return None if hook is None or hook is unhandled_fault_hook else hook
 
 
 def _escalate(

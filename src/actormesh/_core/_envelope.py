@@ -6,12 +6,13 @@ fan-out re-encodes only the header per destination, never the arguments. The lay
     (HELLO, address, pid, key, info)            worker -> owner, once connected (info: a
                                                 dict; a joining process says who it is)
     (SPAWN, req_id, mesh_id, ranks)             + factory pickle and buffers
-    (CALL, req_id, mesh_id, ranks, endpoint[, token[, port]])
+    (CALL, req_id, mesh_id, ranks, endpoint[, token[, port[, view]]])
                                                 + (args, kwargs) pickle and buffers; with a
                                                 token, answer on the connection that said
                                                 REPLY_TO with it (if still open); with a
                                                 port (address, id), send each actor's
-                                                answer there as a REPLY to that id
+                                                answer there as a REPLY to that id; view:
+                                                (labels, sizes, ranks) of the slice called
     (REPLY, req_id, rank, ok)                   + value pickle (or error payload) and buffers
     (FAILURE, mesh_id, rank, endpoint)          + error payload: a reply-less call failed
     (STOP_MESH, req_id, mesh_id)                drop every actor of a mesh in this process
@@ -88,7 +89,7 @@ def encode_header(header: tuple[Any, ...]) -> bytes:
 _ARITY: dict[int, tuple[int, ...]] = {
     HELLO: (5,),
     SPAWN: (4,),
-    CALL: (5, 6, 7),
+    CALL: (5, 6, 7, 8),
     REPLY: (4,),
     FAILURE: (4,),
     STOP_MESH: (3,),

@@ -65,6 +65,7 @@ class _Delivery:
         "rank",
         "reply_conn",
         "req_id",
+        "view",
     )
 
     # The largest reply this process may send (Config.max_message_bytes, set by Runtime).
@@ -83,9 +84,11 @@ class _Delivery:
         hosted: _HostedActor,
         reply_conn: Connection | None = None,
         port: tuple[str, int] | None = None,
+        view: tuple[Any, ...] | None = None,
     ) -> None:
         self.conn = conn  # where the call came in (CANCEL and INSPECT match on it)
         self.port = port  # (address, id) of the port the answer goes to, if any
+        self.view = view  # (labels, sizes, ranks) of the slice the call was made on
         self.answered = False
         self.deferred = False
         self.reply_conn = reply_conn  # the caller's reply route, when it has one here
@@ -184,6 +187,7 @@ class Hosting:
         token = header[5] if len(header) > 5 else None
         reply_conn = self._reply_conns.get(token) if token is not None else None
         port = header[6] if len(header) > 6 else None
+        view = header[7] if len(header) > 7 else None
         actors = self._hosted.get(mesh_id, {})
         payload, buffers = parts[1], parts[2:]
         for rank in ranks:
@@ -192,7 +196,9 @@ class Hosting:
                 self._reply_missing(conn, req_id, rank, mesh_id, endpoint)
                 continue
             hosted.mailbox.deliver(
-                _Delivery(conn, req_id, rank, endpoint, payload, buffers, hosted, reply_conn, port)
+                _Delivery(
+                    conn, req_id, rank, endpoint, payload, buffers, hosted, reply_conn, port, view
+                )
             )
 
     def _handle_reply_to(self, conn: Connection, header: tuple[Any, ...]) -> None:
