@@ -22,16 +22,25 @@ if TYPE_CHECKING:
     from ._api._actor_mesh import ActorMesh as ActorMesh
     from ._api._adverbs import ValueStream as ValueStream
     from ._api._context import cancelled as cancelled
+    from ._api._context import context as context
+    from ._api._context import current_actor_name as current_actor_name
     from ._api._context import current_rank as current_rank
     from ._api._context import current_size as current_size
     from ._api._endpoint import Endpoint as Endpoint
+    from ._api._endpoint import as_endpoint as as_endpoint
+    from ._api._endpoint import concurrent_endpoint as concurrent_endpoint
     from ._api._endpoint import endpoint as endpoint
     from ._api._future import Future as Future
     from ._api._host_mesh import HostMesh as HostMesh
+    from ._api._host_mesh import attach_to_workers as attach_to_workers
     from ._api._host_mesh import host_mesh as host_mesh
     from ._api._host_mesh import this_host as this_host
     from ._api._host_mesh import this_proc as this_proc
     from ._api._mesh_state import Failure as Failure
+    from ._api._monarch import get_or_spawn_controller as get_or_spawn_controller
+    from ._api._ports import Channel as Channel
+    from ._api._ports import Port as Port
+    from ._api._ports import PortReceiver as PortReceiver
     from ._api._proc_mesh import ProcMesh as ProcMesh
     from ._api._proc_mesh import proc_mesh as proc_mesh
     from ._api._routing import Affinity as Affinity
@@ -41,6 +50,8 @@ if TYPE_CHECKING:
     from ._api._routing import Random as Random
     from ._api._routing import RoundRobin as RoundRobin
     from ._api._routing import WorkQueue as WorkQueue
+    from ._api._send import Accumulator as Accumulator
+    from ._api._send import send as send
     from ._api._sharding import Dispatch as Dispatch
     from ._api._sharding import split_along as split_along
     from ._api._supervision import set_failure_hook as set_failure_hook
@@ -56,11 +67,13 @@ if TYPE_CHECKING:
     from ._exceptions import MessageTooLargeError as MessageTooLargeError
     from ._exceptions import SerializationError as SerializationError
     from ._exceptions import SupervisionError as SupervisionError
+    from ._shape import Extent as Extent
     from ._shape import Point as Point
     from ._shape import Shape as Shape
     from ._shape import ValueMesh as ValueMesh
 
 __all__ = [
+    "Accumulator",
     "Actor",
     "ActorDiedError",
     "ActorError",
@@ -69,11 +82,13 @@ __all__ = [
     "ActorMeshError",
     "Affinity",
     "CallTimeoutError",
+    "Channel",
     "ChoosePolicy",
     "Config",
     "Dispatch",
     "Endpoint",
     "EndpointNotFoundError",
+    "Extent",
     "Failure",
     "Future",
     "HostMesh",
@@ -82,6 +97,8 @@ __all__ = [
     "MeshStoppedError",
     "MessageTooLargeError",
     "Point",
+    "Port",
+    "PortReceiver",
     "PowerOfTwo",
     "ProcMesh",
     "Random",
@@ -93,12 +110,19 @@ __all__ = [
     "ValueStream",
     "WorkQueue",
     "actor_mesh",
+    "as_endpoint",
+    "attach_to_workers",
     "cancelled",
+    "concurrent_endpoint",
+    "context",
+    "current_actor_name",
     "current_rank",
     "current_size",
     "endpoint",
+    "get_or_spawn_controller",
     "host_mesh",
     "proc_mesh",
+    "send",
     "set_failure_hook",
     "split_along",
     "this_host",
@@ -111,6 +135,7 @@ logging.getLogger("actormesh").addHandler(logging.NullHandler())
 # it hosts touch (the runtime, Actor, endpoint), which halves its start-up time; the
 # controller pays for a module when the program first names something in it.
 _WHERE: dict[str, str] = {
+    "Accumulator": "._api._send",
     "Actor": "._api._actor",
     "ActorDiedError": "._exceptions",
     "ActorError": "._exceptions",
@@ -119,11 +144,13 @@ _WHERE: dict[str, str] = {
     "ActorMeshError": "._exceptions",
     "Affinity": "._api._routing",
     "CallTimeoutError": "._exceptions",
+    "Channel": "._api._ports",
     "ChoosePolicy": "._api._routing",
     "Config": "._config",
     "Dispatch": "._api._sharding",
     "Endpoint": "._api._endpoint",
     "EndpointNotFoundError": "._exceptions",
+    "Extent": "._shape",
     "Failure": "._api._mesh_state",
     "Future": "._api._future",
     "HostMesh": "._api._host_mesh",
@@ -132,23 +159,32 @@ _WHERE: dict[str, str] = {
     "MeshStoppedError": "._exceptions",
     "MessageTooLargeError": "._exceptions",
     "Point": "._shape",
+    "Port": "._api._ports",
+    "PortReceiver": "._api._ports",
     "PowerOfTwo": "._api._routing",
     "ProcMesh": "._api._proc_mesh",
     "Random": "._api._routing",
-    "ValueStream": "._api._adverbs",
     "RoundRobin": "._api._routing",
     "SerializationError": "._exceptions",
     "Shape": "._shape",
     "SupervisionError": "._exceptions",
     "ValueMesh": "._shape",
+    "ValueStream": "._api._adverbs",
     "WorkQueue": "._api._routing",
     "actor_mesh": "._api._actor_group",
+    "as_endpoint": "._api._endpoint",
+    "attach_to_workers": "._api._host_mesh",
     "cancelled": "._api._context",
+    "concurrent_endpoint": "._api._endpoint",
+    "context": "._api._context",
+    "current_actor_name": "._api._context",
     "current_rank": "._api._context",
     "current_size": "._api._context",
     "endpoint": "._api._endpoint",
+    "get_or_spawn_controller": "._api._monarch",
     "host_mesh": "._api._host_mesh",
     "proc_mesh": "._api._proc_mesh",
+    "send": "._api._send",
     "set_failure_hook": "._api._supervision",
     "split_along": "._api._sharding",
     "this_host": "._api._host_mesh",

@@ -51,7 +51,7 @@ def test_an_unknown_endpoint_is_refused_naming_the_known_ones(workers: ActorMesh
 
 def test_a_method_not_marked_endpoint_is_refused(workers: ActorMesh[Worker]) -> None:
     with pytest.raises(EndpointNotFoundError, match="not an endpoint"):
-        workers.helper  # noqa: B018
+        workers.helper.call()
     still_serving(workers)
 
 

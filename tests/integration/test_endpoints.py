@@ -7,6 +7,7 @@ from integration_actors import Echo
 from integration_support import run
 
 from actormesh import Actor, ActorMesh, EndpointNotFoundError, ProcMesh, endpoint
+from actormesh._api._endpoint import as_endpoint
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,16 @@ def test_unknown_endpoint_error_is_an_attribute_error(echo: ActorMesh[Echo]) -> 
 
 def test_plain_method_is_not_callable_through_the_mesh(echo: ActorMesh[Echo]) -> None:
     with pytest.raises(EndpointNotFoundError, match="'helper' is a method of Echo but not an"):
-        echo.helper  # noqa: B018
+        echo.helper.call()
+    with pytest.raises(EndpointNotFoundError, match="as_endpoint"):
+        echo.helper()
+
+
+def test_as_endpoint_calls_a_plain_method(echo: ActorMesh[Echo]) -> None:
+    values = as_endpoint(echo.helper).call().get(timeout=30)
+    assert values.values() == ["not an endpoint"] * 4
+    with pytest.raises(ValueError, match="method of a spawned actor"):
+        as_endpoint(echo.sync_echo)
 
 
 def test_endpoint_on_a_slice_is_checked_too(echo: ActorMesh[Echo]) -> None:

@@ -22,7 +22,7 @@ from .._hosts import Runtime
 from .._hosts._output import CURRENT_PREFIX
 from .._shape import Point
 from ._context import ActorIdentity, set_current_actor
-from ._endpoint import Endpoint, EndpointOptions
+from ._endpoint import AS_ENDPOINT, Endpoint, EndpointOptions
 
 if TYPE_CHECKING:
     from typing import Self
@@ -163,6 +163,9 @@ class _ActorHost:
 
     def kind(self, endpoint: str) -> EndpointKind:
         options = self.table.get(endpoint)
+        if options is None and endpoint.startswith(AS_ENDPOINT):
+            method = getattr(self.instance, endpoint.removeprefix(AS_ENDPOINT))
+            return EndpointKind.ASYNC if inspect.iscoroutinefunction(method) else EndpointKind.SYNC
         if options is None:
             if endpoint == SYSTEM_ENDPOINT:
                 return EndpointKind.SYNC
@@ -186,7 +189,7 @@ class _ActorHost:
             from ._ports import explicit_port
 
             return getattr(self.instance, endpoint)(explicit_port(), *args, **kwargs)
-        return getattr(self.instance, endpoint)(*args, **kwargs)
+        return getattr(self.instance, endpoint.removeprefix(AS_ENDPOINT))(*args, **kwargs)
 
     def close(self) -> None:
         # On the actor's thread, after its last message. First the actor's own

@@ -19,7 +19,7 @@ from .._shape import Point, Shape, Shaped
 from ._actor import missing_endpoint
 from ._adverbs import Adverbs
 from ._choose import ChooseSettings, WhenFull
-from ._endpoint import Endpoint, EndpointOptions
+from ._endpoint import Endpoint, EndpointOptions, NotAnEndpoint
 from ._future import Future, resolved
 from ._mesh_state import MeshState, state_of
 from ._routing import Affinity, ChoosePolicy, policy_from
@@ -134,6 +134,9 @@ class ActorMesh(Shaped, Generic[T]):
         if bound is None:
             options = self._ref.endpoints.get(name)
             if options is None:
+                if callable(getattr(self._class, name, None)):
+                    # A plain method: usable through as_endpoint(), refused otherwise.
+                    return NotAnEndpoint(self, name)  # type: ignore[return-value]
                 raise missing_endpoint(self._ref.class_name, name, self._ref.endpoints, self._class)
             bound = self._bound[name] = Endpoint._for_mesh(name, options, self)
         return bound

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from .._core import EndpointKind
+from .._exceptions import EndpointNotFoundError
 from ._signature import Arity
 
 if TYPE_CHECKING:
@@ -23,7 +24,18 @@ if TYPE_CHECKING:
     from ._adverbs import ValueStream
     from ._future import Future
 
-__all__ = ["Endpoint", "EndpointOptions", "endpoint"]
+__all__ = [
+    "AS_ENDPOINT",
+    "Endpoint",
+    "EndpointOptions",
+    "NotAnEndpoint",
+    "as_endpoint",
+    "concurrent_endpoint",
+    "endpoint",
+]
+
+# How a call names a plain method wrapped by as_endpoint(), so the actor runs it.
+AS_ENDPOINT = "as_endpoint:"
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -244,3 +256,83 @@ def endpoint(
     if fn is not None:
         return decorate(fn)
     return decorate
+
+
+def concurrent_endpoint(
+    method: Callable[..., Any] | None = None,
+    /,
+    *,
+    propagate: Any = None,
+    explicit_response_port: bool = False,
+    instrument: bool = True,
+) -> Any:
+    """Monarch's spelling of ``@endpoint(concurrent=True)``: an ``async def`` endpoint that
+    runs alongside the actor's other messages instead of one at a time.
+
+    Raises:
+        ValueError: the method is a plain ``def``.
+    """
+
+    def decorate(fn: Callable[..., Any]) -> Endpoint[Any, Any]:
+        if not inspect.iscoroutinefunction(fn):
+            raise ValueError("concurrent_endpoint can only wrap async endpoints")
+        made: Endpoint[Any, Any] = endpoint(
+            concurrent=True,
+            explicit_response_port=explicit_response_port,
+            propagate=propagate,
+            instrument=instrument,
+        )(fn)
+        return made
+
+    return decorate(method) if method is not None else decorate
+
+
+class NotAnEndpoint:
+    """A plain method of an actor class, reached through a mesh (``mesh.helper``).
+
+    Calling it, or any adverb of it, raises ``EndpointNotFoundError``;
+    ``as_endpoint(mesh.helper)`` makes an endpoint of it.
+    """
+
+    def __init__(self, mesh: Any, name: str) -> None:
+        self.mesh = mesh
+        self.name = name
+
+    def _refuse(self) -> EndpointNotFoundError:
+        class_name = self.mesh._ref.class_name
+        return EndpointNotFoundError(
+            f"'{self.name}' is a method of {class_name} but not an endpoint; mark it with "
+            f"@endpoint, or wrap it: as_endpoint(mesh.{self.name}).call(...)"
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._refuse()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("call", "call_one", "choose", "broadcast", "stream", "shard", "all"):
+            raise self._refuse()
+        raise AttributeError(name)
+
+
+def as_endpoint(
+    not_an_endpoint: Any,
+    *,
+    propagate: Any = None,
+    explicit_response_port: bool = False,
+) -> Endpoint[Any, Any]:
+    """An endpoint of a plain method of an actor mesh: ``as_endpoint(mesh.helper).call()``.
+
+    Raises:
+        ValueError: the argument is not a plain method reached through a mesh.
+    """
+    del propagate
+    if not isinstance(not_an_endpoint, NotAnEndpoint):
+        raise ValueError("expected a method of a spawned actor (mesh.method)")
+    mesh, name = not_an_endpoint.mesh, not_an_endpoint.name
+    method = getattr(mesh._class, name)
+    kind = EndpointKind.ASYNC if inspect.iscoroutinefunction(method) else EndpointKind.SYNC
+    hidden = 1 if explicit_response_port else 0
+    options = EndpointOptions(
+        kind, arity=Arity.of(method, hidden=hidden), explicit_port=explicit_response_port
+    )
+    return Endpoint._for_mesh(AS_ENDPOINT + name, options, mesh)

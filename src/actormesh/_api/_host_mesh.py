@@ -28,7 +28,7 @@ from ._allocator import Allocator, LocalAllocator, ProcessSpec
 from ._future import Future
 from ._proc_mesh import ProcMesh, _from_concurrent, managed, process_specs
 
-__all__ = ["HostMesh", "host_mesh", "this_host", "this_proc"]
+__all__ = ["HostMesh", "attach_to_workers", "host_mesh", "this_host", "this_proc"]
 
 T = TypeVar("T")
 
@@ -239,6 +239,47 @@ def this_proc() -> ProcMesh:
     from ._proc_mesh import own_process
 
     return own_process(Runtime.get())
+
+
+class _Attached:
+    """The "allocator" of hosts this process attached to: it only lets them go."""
+
+    async def stop_hosts(self, runtime: Runtime, links: Sequence[AgentLink], grace: float) -> None:
+        await runtime.stop_processes([link.process for link in links], grace)
+
+
+def attach_to_workers(
+    *,
+    workers: Sequence[str | Future[str]],
+    ca: Any = None,
+    private_key: Any = None,
+    name: str | None = None,
+) -> HostMesh:
+    """Monarch's ``attach_to_workers``: a host mesh of agents that wait at ``workers``.
+
+    Each address (``tcp://host:port``) is a process running
+    ``run_worker_loop_forever(address=...)``; this process dials each one, both prove the
+    job's secret (``ACTORMESH_SECRET``, on both sides: ``ca`` and ``private_key`` are
+    accepted for Monarch's programs and not used), and the agents become this mesh's
+    hosts, dimension ``hosts``. ``shutdown()`` ends them.
+
+    Raises:
+        AuthenticationError: an agent does not know this job's secret.
+        ActorDiedError: an agent cannot be reached.
+    """
+    del ca, private_key, name
+    runtime = Runtime.get()
+    _supervision.install(runtime)
+    addresses = [w.get() if isinstance(w, Future) else w for w in workers]
+    addresses = [a if a.startswith("tcp://") else f"tcp://{a}" for a in addresses]
+
+    async def attach() -> HostMesh:
+        links = await asyncio.gather(*(runtime.attach_agent(a) for a in addresses))
+        shape = Shape.from_dims(("hosts",), (len(links),))
+        return HostMesh(_Hosts(list(links), _Attached()), shape)
+
+    result: HostMesh = runtime.submit(attach()).result(runtime.config.spawn_timeout + 30)
+    return result
 
 
 def host_mesh(hosts: int, *, allocator: Allocator) -> Future[HostMesh]:

@@ -215,6 +215,7 @@ class CoreRuntime(Hosting):
         *,
         tcp_fd: int | None = None,
         address: str | None = None,
+        parent_sock: socket.socket | None = None,
     ) -> R:
         """Create the runtime of a worker on the calling thread's ``loop`` (not yet run).
 
@@ -225,7 +226,8 @@ class CoreRuntime(Hosting):
         across hosts) gives the worker a listening TCP socket instead (``tcp_fd``, made
         before the worker started, so its port and the worker's dual ``address`` were
         known in advance; a restarted worker gets its predecessor's). ``info`` travels in
-        the HELLO (a joining process says who it is).
+        the HELLO (a joining process says who it is). ``parent_sock``: the owner dialled
+        us (and authenticated) on this socket; ``parent_path`` is then its address.
         """
         runtime = cls(config, loop, key=key)
         runtime.loop_thread_id = threading.get_ident()
@@ -241,7 +243,13 @@ class CoreRuntime(Hosting):
                 # Listening everywhere: peers reach us where our owner does.
                 tcp = format_tcp(here, parse_tcp(tcp)[1])
             runtime.address = tcp
-        runtime._parent = runtime.connection(parent_path)
+        if parent_sock is not None:
+            parent = runtime._new_connection(parent_sock, peer=parent_path, same_host=False)
+            runtime._conns[parent_path] = parent
+            parent.start()
+            runtime._parent = parent
+        else:
+            runtime._parent = runtime.connection(parent_path)
         hello = (env.HELLO, runtime.address, os.getpid(), key, info or {})
         runtime._parent.send([env.encode_header(hello)])
         return runtime

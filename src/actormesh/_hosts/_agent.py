@@ -25,6 +25,7 @@ import functools
 import io
 import logging
 import os
+import queue
 import signal
 import socket
 import sys
@@ -34,13 +35,23 @@ from typing import Any
 
 from .._core import _envelope as env
 from .._core import dumps, loads
-from .._transport import Connection, TransportClosed, is_tcp, route_source
+from .._transport import (
+    Connection,
+    Gatekeeper,
+    TransportClosed,
+    format_tcp,
+    is_tcp,
+    listening_socket,
+    parse_tcp,
+    route_source,
+)
+from .._transport._auth import accept_steps
 from ._agent_link import WorkerSpec
 from ._lifetime import serve
 from ._process import ChildProcess
 from ._runtime import Runtime
 
-__all__ = ["Agent", "HostInfo", "main", "serve_agent"]
+__all__ = ["Agent", "HostInfo", "main", "serve_agent", "serve_agent_listening"]
 
 log = logging.getLogger("actormesh.hosts")
 
@@ -262,6 +273,41 @@ def serve_agent(key: str, owner: str, *, own_group: bool = True) -> None:
 
 def _become_agent(runtime: Runtime, advertise: str) -> None:
     Agent(runtime, advertise)  # the handlers it registers on the runtime keep it
+
+
+def serve_agent_listening(address: str, secret: str) -> None:
+    """Wait at ``address`` (``tcp://host:port``) for an owner to attach, then serve it as
+    this host's agent until it goes away (Monarch's ``run_worker_loop_forever``).
+
+    The owner dials us and proves ``secret`` (the job's secret) before anything else.
+    """
+    host, port = parse_tcp(address)
+    arrived: queue.SimpleQueue[tuple[socket.socket, Any]] = queue.SimpleQueue()
+    gate = Gatekeeper(
+        listening_socket(host, port),
+        lambda: accept_steps(secret),
+        lambda sock, peer, _: arrived.put((sock, peer)),
+        name=f"agent {address}",
+    )
+    gate.start()
+    try:
+        sock, peer = arrived.get()
+    finally:
+        gate.close()
+    owner = format_tcp(str(peer[0]), int(peer[1]))
+    advertise = str(sock.getsockname()[0])  # where the owner reached us
+    info = host_info(advertise)
+    os.environ["ACTORMESH_SECRET"] = secret
+    key = f"agent-{info.hostname}-{os.getpid()}"
+    serve(
+        key,
+        owner,
+        {"role": "agent", "host": info.hostname, "address": info.address, "cpus": info.cpus},
+        own_group=False,
+        prefix_output=False,
+        setup=functools.partial(_become_agent, advertise=advertise),
+        owner_sock=sock,
+    )
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ import ctypes
 import os
 import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -115,14 +116,16 @@ def serve(
     own_group: bool = True,
     prefix_output: bool = True,
     setup: Callable[[Runtime], None] | None = None,
+    owner_sock: socket.socket | None = None,
 ) -> None:
     """Join the owner at address ``owner`` as process ``key`` and serve until shutdown.
 
     ``info`` travels in the HELLO (a process that joins by itself says who it is).
     ``own_group`` False: the process group belongs to whoever started this process, so
     only this process' descendants die with it. ``prefix_output``: prefix each line this
-    process prints
-    with its actor's label (when the owner asked for ``ACTORMESH_OUTPUT=prefix``).
+    process prints with its actor's label (when the owner asked for
+    ``ACTORMESH_OUTPUT=prefix``). ``owner_sock``: the owner's connection, already made and
+    authenticated (an owner that attached to us; ``owner`` names its address).
     ``setup`` runs once the runtime is up, before the loop (what the process is for:
     hosting actors, or being a host agent).
     """
@@ -144,7 +147,14 @@ def serve(
     tcp_fd = os.environ.pop("ACTORMESH_TCP_FD", None)
     address = os.environ.pop("ACTORMESH_ADDRESS", None)
     runtime = Runtime.start_worker(
-        config, loop, key, owner, info, tcp_fd=int(tcp_fd) if tcp_fd else None, address=address
+        config,
+        loop,
+        key,
+        owner,
+        info,
+        tcp_fd=int(tcp_fd) if tcp_fd else None,
+        address=address,
+        parent_sock=owner_sock,
     )
     if is_tcp(owner):
         _watch_owner_connection(runtime.connection(owner).fileno())

@@ -27,6 +27,7 @@ from .._exceptions import ActorDiedError
 from .._transport import (
     Connection,
     TransportClosed,
+    connect_address,
     dual_address,
     format_tcp,
     is_abstract,
@@ -226,6 +227,30 @@ class Runtime(CoreRuntime):
         link = AgentLink(self, process, dict(joined.info))
         self.agents[joined.conn] = link
         return link
+
+    async def attach_agent(self, address: str) -> AgentLink:
+        """Dial a host agent waiting at ``address`` (``tcp://``), prove the job's secret,
+        and own it once it says HELLO (loop thread)."""
+        sock = await asyncio.to_thread(connect_address, address, secret=self.secret)
+        conn = self._new_connection(sock, peer=address, same_host=False)
+        hello: asyncio.Future[Joined] = self.loop.create_future()
+
+        def take(joined: Joined) -> bool:
+            if joined.conn is not conn or hello.done():
+                return False
+            hello.set_result(joined)
+            return True
+
+        stop = self.joins.wait(take)
+        conn.start()
+        try:
+            joined = await asyncio.wait_for(hello, self.config.spawn_timeout)
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            stop()
+        return self.adopt_agent(joined)
 
     async def start_relayed(
         self, link: AgentLink, specs: Sequence[WorkerSpec]

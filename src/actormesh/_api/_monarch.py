@@ -1,0 +1,304 @@
+"""Monarch's names that have no other home in actormesh (``actormesh.actor`` exports them).
+
+Each behaves as in ``monarch.actor`` 0.7 where actormesh has the machinery, and says what
+it does not do where it has none (telemetry, TLS transports, Monarch's gateway). See
+docs/from-monarch.md for every name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import functools
+import os
+import sys
+import threading
+import types
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, ParamSpec, TypeVar
+
+from .._hosts import Runtime
+from ._future import Future
+from ._host_mesh import this_proc
+from ._proc_mesh import _from_concurrent
+
+__all__ = [
+    "BootstrapCommand",
+    "ChannelTransport",
+    "ProcId",
+    "Uid",
+    "attach",
+    "config",
+    "debug_controller",
+    "default_bootstrap_cmd",
+    "enable_transport",
+    "get_meter",
+    "get_or_spawn_controller",
+    "returns_future",
+    "run_worker_loop_forever",
+    "run_worker_loop_until_shutdown",
+    "shutdown_context",
+    "span",
+    "start_worker_loop_forever",
+    "traced",
+]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# -- singleton controllers ---------------------------------------------------------------------
+
+_CONTROLLERS: dict[str, Any] = {}
+_CONTROLLERS_LOCK = threading.Lock()
+
+
+def get_or_spawn_controller(name: str, actor_class: type, *args: Any, **kwargs: Any) -> Future[Any]:
+    """The one actor called ``name`` of this process, spawned on ``this_proc()`` by the
+    first call (with these arguments); later calls get the same actor mesh."""
+    with _CONTROLLERS_LOCK:
+        mesh = _CONTROLLERS.get(name)
+        if mesh is None or mesh._state.stopped:
+            mesh = _CONTROLLERS[name] = this_proc().spawn(name, actor_class, *args, **kwargs)
+    runtime = Runtime.get()
+
+    async def ready() -> Any:
+        await mesh.initialized
+        return mesh
+
+    return _from_concurrent(runtime, runtime.submit(ready()))
+
+
+# -- futures from coroutines --------------------------------------------------------------------
+
+
+def returns_future(function: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Future[T]]:
+    """Make an ``async def`` return an actormesh ``Future`` (``.get()`` or ``await`` it):
+    the coroutine runs on actormesh's event loop."""
+
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        runtime = Runtime.get()
+        return _from_concurrent(runtime, runtime.submit(function(*args, **kwargs)))
+
+    return wrapper
+
+
+@returns_future
+async def shutdown_context(host_timeout: float | None = None) -> None:
+    """Stop every process this one started (its runtime ends; a later mesh starts anew)."""
+    del host_timeout
+    runtime = Runtime.get()
+    children = runtime.children()
+    if children:
+        await runtime.stop_processes(children, runtime.config.stop_grace)
+
+
+# -- transports, workers and gateways ---------------------------------------------------------
+
+
+class ChannelTransport(enum.Enum):
+    """Monarch's transports. actormesh picks its own: Unix sockets (abstract names) on one
+    host, authenticated TCP across hosts; ``enable_transport`` accepts these names."""
+
+    Local = "local"
+    MetaQuicWithHostname = "metaquic-hostname"
+    MetaQuicWithIpV6 = "metaquic-ipv6"
+    MetaTlsWithHostname = "metatls-hostname"
+    MetaTlsWithIpV6 = "metatls-ipv6"
+    Quic = "quic"
+    TcpWithHostname = "tcp-hostname"
+    TcpWithLocalhost = "tcp-localhost"
+    Tls = "tls"
+    Unix = "unix"
+
+
+def enable_transport(transport: ChannelTransport | str) -> None:
+    """Accepted for Monarch's programs: actormesh chooses Unix sockets on one host and
+    authenticated TCP across hosts by itself, whatever is asked here."""
+    if not isinstance(transport, ChannelTransport | str):
+        raise TypeError(f"a transport is a ChannelTransport or a string, not {transport!r}")
+
+
+def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = None) -> None:
+    """Serve as this host's agent for an owner that attaches at ``address``
+    (``attach_to_workers``); exits when that owner lets it go or goes away.
+
+    The job's secret comes from ``ACTORMESH_SECRET`` (``ca``, ``private_key``: Monarch's
+    TLS settings, not used).
+
+    Raises:
+        RuntimeError: ``ACTORMESH_SECRET`` is not set.
+    """
+    del ca, private_key
+    from .._hosts._agent import serve_agent_listening
+
+    secret = os.environ.get("ACTORMESH_SECRET", "")
+    if not secret:
+        raise RuntimeError(
+            "run_worker_loop_forever needs the job's secret in ACTORMESH_SECRET (the "
+            "controller that attaches must have the same)"
+        )
+    serve_agent_listening(address if address.startswith("tcp://") else f"tcp://{address}", secret)
+
+
+def run_worker_loop_until_shutdown(
+    *, address: str, ca: Any = None, private_key: Any = None
+) -> None:
+    """The same as ``run_worker_loop_forever`` (the agent's process ends with its owner)."""
+    run_worker_loop_forever(address=address, ca=ca, private_key=private_key)
+
+
+def start_worker_loop_forever(
+    *, address: str, ca: Any = None, private_key: Any = None
+) -> Future[None]:
+    """``run_worker_loop_forever`` in a process of its own; the future resolves when it
+    ends (its owner let it go)."""
+    import subprocess
+
+    code = (
+        "from actormesh.actor import run_worker_loop_forever; "
+        f"run_worker_loop_forever(address={address!r})"
+    )
+    process = subprocess.Popen([sys.executable, "-c", code])
+    runtime = Runtime.get()
+    return _from_concurrent(runtime, runtime.submit(asyncio.to_thread(process.wait)))  # type: ignore[arg-type]
+
+
+def attach(addr: str) -> None:
+    """Monarch's gateway client, which actormesh has no counterpart of.
+
+    Raises:
+        NotImplementedError: always; run the controller where it can reach its hosts.
+    """
+    raise NotImplementedError(
+        f"actormesh has no gateway to attach through ({addr!r}); run the controller on a "
+        "host that reaches the cluster, or attach_to_workers() directly"
+    )
+
+
+# -- identities ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Uid:
+    """A unique id with an optional label."""
+
+    label: str | None
+    value: str
+
+    @classmethod
+    def anonymous(cls) -> Uid:
+        return cls(None, uuid.uuid4().hex[:12])
+
+    @classmethod
+    def instance(cls, label: str | None = None) -> Uid:
+        return cls(label, uuid.uuid4().hex[:12])
+
+    def __str__(self) -> str:
+        return f"{self.label}<{self.value}>" if self.label else self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcId:
+    """The id of a process."""
+
+    uid: Uid
+
+    @property
+    def label(self) -> str | None:
+        return self.uid.label
+
+    @classmethod
+    def from_string(cls, text: str) -> ProcId:
+        label, _, value = text.partition("<")
+        return cls(Uid(label or None, value.rstrip(">")) if value else Uid(None, label))
+
+    def __str__(self) -> str:
+        return str(self.uid)
+
+
+@dataclasses.dataclass(frozen=True)
+class BootstrapCommand:
+    """How a new process starts: ``program``, ``arg0``, ``args`` and ``env``.
+
+    actormesh starts its processes itself (``python -m actormesh._bootstrap``); this is
+    the command ``default_bootstrap_cmd()`` would run, for programs that inspect it.
+    """
+
+    program: str
+    arg0: str | None
+    args: list[str]
+    env: dict[str, str]
+
+    def with_env(self, env: dict[str, str]) -> BootstrapCommand:
+        return dataclasses.replace(self, env={**self.env, **env})
+
+
+def default_bootstrap_cmd() -> BootstrapCommand:
+    """The command actormesh starts its worker processes with."""
+    return BootstrapCommand(sys.executable, None, ["-m", "actormesh._bootstrap"], {})
+
+
+# -- debugging and telemetry ----------------------------------------------------------------
+
+
+def debug_controller() -> Any:
+    """Monarch's debugger controller, which actormesh does not have yet.
+
+    Raises:
+        NotImplementedError: always (a breakpoint in an actor needs ``PYTHONBREAKPOINT=0``
+            or an attached terminal for now).
+    """
+    raise NotImplementedError("actormesh has no remote debugger yet (docs/from-monarch.md)")
+
+
+class _Instrument:
+    """A meter instrument that records nothing."""
+
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    record = add
+
+
+class _Meter:
+    """A meter whose instruments record nothing (actormesh exports no telemetry)."""
+
+    def __getattr__(self, name: str) -> Callable[..., _Instrument]:
+        if name.startswith("create_"):
+            return lambda *args, **kwargs: _Instrument()
+        raise AttributeError(name)
+
+
+def get_meter() -> Any:
+    """A meter for Monarch's programs: its counters and histograms record nothing."""
+    return _Meter()
+
+
+@contextlib.contextmanager
+def span(name: str) -> Iterator[None]:
+    """A tracing span for Monarch's programs: records nothing."""
+    del name
+    yield
+
+
+def traced(fn: Callable[P, T] | None = None, *, name: str | None = None) -> Any:
+    """Wrap a function in a tracing span (records nothing); bare or with ``name``."""
+    del name
+
+    def decorate(function: Callable[P, T]) -> Callable[P, T]:
+        return function
+
+    return decorate(fn) if fn is not None else decorate
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+config = types.SimpleNamespace(
+    prefix_python_logs_with_actor=True,  # actormesh prefixes actor output (Config.output)
+)
+"""Monarch's configuration module, for programs that read it (actormesh's settings are
+``actormesh.Config``)."""
