@@ -333,24 +333,40 @@ class Shape:
         """
         return self._index_positions(key)[0]
 
-    def split(self, **dims: Mapping[str, int]) -> Shape:
-        """Replace dimensions by several, row-major: ``split(gpus={"dp": 2, "tp": 2})``.
+    def split(self, **dims: Any) -> Shape:
+        """Replace dimensions by several, row-major.
 
-        One new size per split may be ``-1`` and is then inferred. Ranks are unchanged.
+        Two spellings: ``split(gpus={"dp": 2, "tp": 2})``, or Monarch's
+        ``split(gpus=("dp", "tp"), tp=2)``: new names as a tuple, and the sizes of some of
+        them as keywords. One new size per split may be unknown (``-1`` or left out) and
+        is then inferred. Ranks are unchanged.
 
         Raises:
             ValueError: An unknown dimension, sizes whose product is not the size, more than
-                one ``-1``, or labels that collide.
+                one unknown size, a size for no new dimension, or labels that collide.
         """
-        self._check_known(dims)
+        sizes_given = {k: v for k, v in dims.items() if k not in self.labels and isinstance(v, int)}
+        splits: dict[str, object] = {}
+        for label, spec in dims.items():
+            if label in sizes_given:
+                continue
+            if isinstance(spec, tuple | list) and all(isinstance(n, str) for n in spec):
+                splits[label] = {name: sizes_given.get(name, -1) for name in spec}
+            else:
+                splits[label] = spec
+        named = {name for spec in splits.values() if isinstance(spec, Mapping) for name in spec}
+        stray = sorted(set(sizes_given) - named)
+        if stray:
+            raise ValueError(f"split() got sizes for {stray}, which no split names")
+        self._check_known(splits)
         labels: list[str] = []
         sizes: list[int] = []
         for label, size in zip(self.labels, self.sizes, strict=True):
-            if label not in dims:
+            if label not in splits:
                 labels.append(label)
                 sizes.append(size)
                 continue
-            parts = self._split_one(label, size, dims[label])
+            parts = self._split_one(label, size, splits[label])
             labels.extend(parts)
             sizes.extend(parts.values())
         return Shape(tuple(labels), tuple(sizes), self.ranks)
@@ -570,7 +586,7 @@ class ValueMesh(Generic[T]):
             Shape((label,), (len(self._values),), tuple(range(len(self)))), self._values
         )
 
-    def split(self, **dims: Mapping[str, int]) -> ValueMesh[T]:
+    def split(self, **dims: Any) -> ValueMesh[T]:
         """The same values with dimensions split as `Shape.split` does."""
         return ValueMesh(self._shape.split(**dims), self._values)
 
@@ -590,9 +606,35 @@ class ValueMesh(Generic[T]):
 
 
 class Shaped:
-    """Base of mesh handles: a ``Shape`` and the size questions answered from it."""
+    """Base of mesh handles: a ``Shape``, the size questions answered from it, and the
+    views on other dimensions of the same members (each handle says how it makes one)."""
 
     _shape: Shape
+
+    def _with_shape(self, shape: Shape) -> Any:
+        """A handle on the same members, laid out as ``shape``."""
+        raise NotImplementedError
+
+    def slice(self, **dims: _Selector) -> Any:
+        """The members at these coordinates; an int drops its dimension, a slice or range
+        keeps it (``mesh.slice(dp=0, tp=slice(0, 2))``)."""
+        return self._with_shape(self._shape.slice(**dims))
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._with_shape(self._shape.index(key))
+
+    def split(self, **dims: Any) -> Any:
+        """Split dimensions in several: ``split(gpus={"dp": 2, "tp": 2})`` or Monarch's
+        ``split(gpus=("dp", "tp"), tp=2)``."""
+        return self._with_shape(self._shape.split(**dims))
+
+    def flatten(self, label: str) -> Any:
+        """All dimensions as one, named ``label``."""
+        return self._with_shape(self._shape.flatten(label))
+
+    def rename(self, **names: str) -> Any:
+        """Rename dimensions: ``rename(gpus="dp")``."""
+        return self._with_shape(self._shape.rename(**names))
 
     @property
     def shape(self) -> Shape:

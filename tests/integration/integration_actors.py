@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actormesh import Actor, ActorMesh, current_rank, current_size, endpoint
+from actormesh import Actor, ActorMesh, context, current_rank, current_size, endpoint
 
 
 class Oops(Exception):
@@ -97,12 +97,15 @@ class Echo(Actor):
 
 
 def _identity(init_rank: int) -> dict[str, Any]:
-    point = current_rank()
+    point = context().actor_instance.rank  # the place in the whole mesh
+    message = current_rank()  # the place in the slice the call was made on
     return {
         "rank": point.rank,
         "init_rank": init_rank,
         "point": dict(point),
-        "size": current_size(),
+        "message_point": dict(message),
+        "message_size": current_size(),
+        "size": point.extent,
         "pid": os.getpid(),
         "env_rank": int(os.environ["ACTORMESH_RANK"]),
         "env_coords": json.loads(os.environ["ACTORMESH_COORDS"]),

@@ -53,3 +53,16 @@ def test_outside_any_actor_the_rank_is_the_single_point_of_no_dimensions() -> No
     assert point.rank == 0
     assert dict(point) == {}
     assert current_size() == {}
+
+
+def test_current_rank_is_the_place_in_the_slice_called(procs: ProcMesh) -> None:
+    # As Monarch's: a call to a slice gives ranks within it; context() keeps the whole.
+    mesh = procs.spawn("message_ranks", Echo)
+    row = mesh.slice(dp=1).whoami.call().get(timeout=30).values()
+    assert [v["message_point"] for v in row] == [{"tp": 0}, {"tp": 1}]
+    assert [v["message_size"] for v in row] == [{"tp": 2}, {"tp": 2}]
+    assert [v["point"] for v in row] == [{"dp": 1, "tp": 0}, {"dp": 1, "tp": 1}]
+    one = mesh.slice(dp=1, tp=0).whoami.call_one().get(timeout=30)
+    assert one["message_point"] == {} and one["point"] == {"dp": 1, "tp": 0}
+    whole = mesh.whoami.call().get(timeout=30).values()
+    assert all(v["message_point"] == v["point"] for v in whole)

@@ -166,24 +166,7 @@ class ActorMesh(Shaped, Generic[T]):
     def _view(self, shape: Shape) -> ActorMesh[T]:
         return ActorMesh(self._ref, shape, self._class, self._settings)
 
-    def slice(self, **dims: int | slice | range) -> ActorMesh[T]:
-        """The actors at these coordinates; an int drops its dimension, a range keeps it."""
-        return self._view(self._shape.slice(**dims))
-
-    def __getitem__(self, key: Any) -> ActorMesh[T]:
-        return self._view(self._shape.index(key))
-
-    def split(self, **dims: dict[str, int]) -> ActorMesh[T]:
-        """Split a dimension in several: ``mesh.split(gpus={"dp": 2, "tp": 2})``."""
-        return self._view(self._shape.split(**dims))
-
-    def flatten(self, label: str) -> ActorMesh[T]:
-        """All dimensions as one, named ``label``."""
-        return self._view(self._shape.flatten(label))
-
-    def rename(self, **names: str) -> ActorMesh[T]:
-        """Rename dimensions: ``mesh.rename(gpus="dp")``."""
-        return self._view(self._shape.rename(**names))
+    _with_shape = _view
 
     def _message_view(self) -> tuple[Any, ...] | None:
         """What a call must tell its actors of this handle's shape so each knows its

@@ -53,12 +53,8 @@ class HostMesh(Shaped):
         self._hosts = hosts
         self._shape = shape
 
-    def slice(self, **dims: int | slice | range) -> HostMesh:
-        """The hosts at these coordinates (``slice(hosts=0)``, ``slice(hosts=slice(0, 2))``)."""
-        return HostMesh(self._hosts, self._shape.slice(**dims))
-
-    def __getitem__(self, key: Any) -> HostMesh:
-        return HostMesh(self._hosts, self._shape.index(key))
+    def _with_shape(self, shape: Shape) -> HostMesh:
+        return HostMesh(self._hosts, shape)
 
     @property
     def initialized(self) -> Future[bool]:

@@ -58,12 +58,8 @@ class ProcMesh(Shaped):
         # Points per process (see repeat()): point rank r lives in process r // per_process.
         self._per_process = per_process
 
-    def slice(self, **dims: int | slice | range) -> ProcMesh:
-        """The processes at these coordinates."""
-        return ProcMesh(self._processes, self._shape.slice(**dims), self._per_process)
-
-    def __getitem__(self, key: Any) -> ProcMesh:
-        return ProcMesh(self._processes, self._shape.index(key), self._per_process)
+    def _with_shape(self, shape: Shape) -> ProcMesh:
+        return ProcMesh(self._processes, shape, self._per_process)
 
     def repeat(self, **dims: int) -> ProcMesh:
         """This mesh with each process repeated along new (last) dimensions.
