@@ -12,6 +12,7 @@ Creating namespaces needs root and ``ip`` (iproute2).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -89,28 +90,36 @@ class Network:
                 process.wait(10)
 
 
-def _teardown(bridge: str, namespaces: Sequence[str]) -> None:
+def _teardown(bridge: str, namespaces: Sequence[str], links: Sequence[str]) -> None:
     for netns in namespaces:
         with contextlib.suppress(subprocess.CalledProcessError):
-            ip("netns", "del", netns)  # takes its end of the veth pair with it
-    with contextlib.suppress(subprocess.CalledProcessError):
-        ip("link", "del", bridge)
+            ip("netns", "del", netns)
+    # A namespace goes away once nothing holds it, which may be later: the root ends of
+    # the veth pairs are removed here, not left to that.
+    for link in (*links, bridge):
+        with contextlib.suppress(subprocess.CalledProcessError):
+            ip("link", "del", link)
+
+
+_networks = itertools.count()
 
 
 @contextlib.contextmanager
 def namespace_hosts(count: int, *, tag: str | None = None) -> Iterator[Network]:
     """``count`` namespaces on a bridge with this namespace (see the module docstring).
 
-    ``tag`` (5 characters at most) keeps names and addresses of runs side by side apart;
-    by default it comes from this process' id.
+    ``tag`` (5 digits at most) keeps names and addresses of networks apart; by default
+    it comes from this process' id and a count of the networks it made.
 
     Raises:
         PermissionError: namespaces cannot be made here (not root, or no ``ip``).
     """
-    tag = tag or f"{os.getpid() % 100000:05d}"
+    tag = tag or f"{os.getpid() % 1000:03d}{next(_networks) % 100:02d}"
     subnet = f"10.77.{int(tag) % 250 + 1}" if tag.isdigit() else "10.77.251"
     bridge = f"amb{tag}"
     made: list[str] = []
+    links = [f"amv{tag}{index}" for index in range(1, count + 1)]
+    _teardown(bridge, [f"amh{tag}-{i}" for i in range(1, count + 1)], links)  # a stale run's
     try:
         try:
             ip("netns", "add", f"amh{tag}-1")
@@ -142,4 +151,4 @@ def namespace_hosts(count: int, *, tag: str | None = None) -> Iterator[Network]:
         finally:
             network.kill_everything()
     finally:
-        _teardown(bridge, made)
+        _teardown(bridge, made, links)
