@@ -12,15 +12,19 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from actormesh import Actor, ActorMesh, current_rank, endpoint, proc_mesh
+from actormesh import Actor, ActorMesh, context, endpoint, proc_mesh
 
 
 class Worker(Actor):
-    """Answers with its coordinates in the mesh it was spawned in."""
+    """Answers with its coordinates in the mesh it was spawned in.
+
+    ``context().actor_instance.rank`` is the actor's place in its whole mesh;
+    ``current_rank()`` would be its place in the slice the call was made on.
+    """
 
     @endpoint
     async def where(self) -> str:
-        point = current_rank()
+        point = context().actor_instance.rank
         return f"rank {point.rank} at {dict(point)}"
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import actormesh
-from actormesh import Actor, current_rank, endpoint, proc_mesh
+from actormesh import Actor, context, current_rank, endpoint, proc_mesh
 
 
 def hold_gil(seconds: float) -> None:
@@ -187,7 +187,7 @@ class Counter(Actor):
             "start": self.start,
             "value": self.value,
             "restored": self.restored,
-            "point": dict(current_rank()),
+            "point": dict(context().actor_instance.rank),
             "pid": os.getpid(),
         }
 

@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from actormesh import Actor, current_rank, endpoint, split_along
+from actormesh import Actor, context, current_rank, endpoint, split_along
 
 
 class Probe(Actor):
@@ -91,7 +91,7 @@ class Sharded(Actor):
 
     @endpoint
     def rank_of(self, batch: Any) -> list[int]:
-        return [current_rank().rank] * len(batch)
+        return [context().actor_instance.rank.rank] * len(batch)
 
 
 class TorchWorker(Actor):

@@ -218,7 +218,7 @@ class Sleeper(Actor):
     @endpoint
     async def nap(self, seconds: float, only_rank: int | None = None) -> int:
         """Sleep ``seconds`` (only on ``only_rank`` when given); return the rank."""
-        rank = current_rank().rank
+        rank = context().actor_instance.rank.rank
         if only_rank is None or rank == only_rank:
             await asyncio.sleep(seconds)
         return rank
