@@ -166,3 +166,23 @@ class TorchWorker(Actor):
     @endpoint
     def weight_sum(self, name: str) -> float:
         return float(self.model.state_dict()[name].sum())
+
+
+class ElasticPeer(Actor):
+    """Joins the process group torch elastic's variables describe (``env://``)."""
+
+    @endpoint
+    def environment(self) -> dict[str, str]:
+        names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+        return {name: os.environ[name] for name in (*names, "MASTER_ADDR", "MASTER_PORT")}
+
+    @endpoint
+    def all_reduce(self, value: float) -> float:
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", init_method="env://")
+        tensor = torch.tensor([value])
+        dist.all_reduce(tensor)
+        return float(tensor.item())

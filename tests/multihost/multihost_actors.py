@@ -119,3 +119,37 @@ class TorchPeer(Actor):
     @endpoint
     def weight_sum(self) -> float:
         return float(sum(float(p.sum()) for p in self.model.parameters()))
+
+
+class BufferOwner(Actor):
+    """Registers a tensor as an ``RDMABuffer`` and hands the buffer out."""
+
+    def __init__(self, numel: int) -> None:
+        import torch
+
+        from actormesh.rdma import RDMABuffer
+
+        self.weights = torch.arange(numel, dtype=torch.float32)
+        self.buffer = RDMABuffer(self.weights.view(torch.uint8).flatten())
+
+    @endpoint
+    def handle(self) -> Any:
+        return self.buffer
+
+    @endpoint
+    def weights_now(self) -> Any:
+        return self.weights.clone()
+
+    @endpoint
+    async def read(self, buffer: Any, numel: int) -> Any:
+        import torch
+
+        local = torch.zeros(numel, dtype=torch.float32)
+        await buffer.read_into(local.view(torch.uint8).flatten())
+        return local
+
+    @endpoint
+    async def write(self, buffer: Any, value: float, numel: int) -> None:
+        import torch
+
+        await buffer.write_from(torch.full((numel,), value).view(torch.uint8).flatten())

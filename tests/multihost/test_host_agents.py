@@ -306,3 +306,25 @@ def test_a_process_group_and_weight_sync_span_hosts(hosts: HostMesh) -> None:
         report = sync_weights(trainers, generators, version=1).get(timeout=120)
         assert report.version == 1
         assert generators.weight_sum.call().get(timeout=30).values() == [trained, trained]
+
+
+def test_rdma_buffers_are_read_and_written_across_hosts(procs: ProcMesh) -> None:
+    import torch
+    from multihost_actors import BufferOwner
+
+    numel = 1 << 18  # 1 MiB of float32
+    owners = procs.slice(gpus=0).spawn("buffer_owners", BufferOwner, numel)
+    first, second = owners.slice(hosts=0), owners.slice(hosts=1)
+    buffer = first.handle.call_one().get(timeout=30)
+    # Another host: the bytes come from the owner's service actor over TCP.
+    read = second.read.call_one(buffer, numel).get(timeout=60)
+    assert torch.equal(read, first.weights_now.call_one().get(timeout=30))
+    # The controller is on a host of its own (the root namespace) too.
+    local = torch.zeros(numel)
+    buffer.read_into(local.view(torch.uint8).flatten()).get(timeout=60)
+    assert torch.equal(local, read)
+    second.write.call_one(buffer, 3.0, numel).get(timeout=60)
+    assert torch.equal(first.weights_now.call_one().get(timeout=30), torch.full((numel,), 3.0))
+    buffer.drop().get(timeout=30)
+    with pytest.raises(KeyError, match="dropped"):
+        second.read.call_one(buffer, numel).get(timeout=60)

@@ -1,0 +1,273 @@
+"""The Ray "ActorMesh API" proposal (ray-project/ray#54760) in its own spelling, on Ray.
+
+A program written against the proposal runs by changing one import,
+``from ray.actor_mesh import ActorMesh, method`` to ``from actormesh.ray import ...``::
+
+    mesh = ActorMesh(Test, (), {}, shape=(3,))
+    refs = mesh.methods.f.all(1)  # a list of Ray ObjectRefs, in rank order
+    one = mesh.methods.f.choose(1)  # one ObjectRef, from a lightly loaded actor
+    out = mesh.methods.process.shard([1, 2, 3, 4, 5, 6], 5)  # what dispatch_fn returns
+
+Each rank is a real Ray actor of the user's class (``mesh.actors[i].f.remote()`` is
+plain Ray), so every result is a real ``ObjectRef``: ``ray.get`` it, ``ray.wait`` on it,
+pass it to Ray tasks. actormesh adds what the proposal's review asked for: ``mesh.f.all()``
+without ``.methods``; ``mesh[1, 0]`` (that actor's handle, ``.foo.remote()``) and
+``mesh[1, :]`` (a sub-mesh); a load-aware ``choose`` with pluggable policies (actormesh's
+own: ``power_of_two`` by default, ``least_loaded``, ``round_robin``, ``random``...), which
+counts each rank's calls in flight from the ObjectRefs it made; and ``resources_per_actor``
+(fractional and custom resources) honoured. Shapes, slicing and policies are actormesh's
+pure layer; Ray schedules the actors and carries the calls. See docs/from-ray.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from ._api._routing import ChoosePolicy, policy_from
+from ._shape import Shape
+
+__all__ = ["ActorMesh", "method"]
+
+T = TypeVar("T")
+
+_NO_DISPATCH = (
+    "Sharding only supported if dispatch_fn is specified (later we will have a good default one)"
+)
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("actormesh.ray needs Ray: pip install ray") from None
+    return ray
+
+
+def method(
+    method: Callable[..., Any] | None = None,
+    dispatch_fn: Callable[..., Any] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Mark an actor method: ``@method``, ``@method()``, ``@method(dispatch_fn=fn)``; any
+    other keyword (``num_returns``, ``concurrency_group``) goes to ``ray.method``.
+
+    ``dispatch_fn(mesh, method_name, *args, **kwargs)`` is what ``.shard`` runs.
+    """
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        marked: Any = _ray().method(**kwargs)(fn) if kwargs else fn
+        marked._dispatch_fn = dispatch_fn
+        return marked  # type: ignore[no-any-return]
+
+    return decorate(method) if method is not None else decorate
+
+
+class _Load:
+    """Calls in flight per rank, counted from the ObjectRefs a mesh's ``choose`` made."""
+
+    def __init__(self, count: int) -> None:
+        self.in_flight = [0] * count
+        self.lock = threading.Lock()
+
+    def started(self, rank: int, ref: Any) -> None:
+        with self.lock:
+            self.in_flight[rank] += 1
+        refs = ref if isinstance(ref, list) else [ref]
+        refs[0].future().add_done_callback(lambda _: self._finished(rank))
+
+    def _finished(self, rank: int) -> None:
+        with self.lock:
+            self.in_flight[rank] -= 1
+
+
+class _Method:
+    """One method of every actor of a mesh: ``all``, ``choose``, ``shard``."""
+
+    def __init__(self, mesh: ActorMesh[Any], name: str) -> None:
+        self._mesh = mesh
+        self._name = name
+
+    def all(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call every actor; a list of ObjectRefs, in rank order (does not wait)."""
+        return [getattr(actor, self._name).remote(*args, **kwargs) for actor in self._mesh.actors]
+
+    def choose(self, *args: Any, **kwargs: Any) -> Any:
+        """Call one actor, picked by the mesh's policy from its calls in flight; its
+        ObjectRef (does not wait)."""
+        mesh = self._mesh
+        if not mesh._ranks:
+            raise IndexError("cannot choose from an empty mesh")
+        load = mesh._load
+        with load.lock:
+            counts = [load.in_flight[rank] for rank in mesh._ranks]
+        rank = mesh._policy.choose(list(mesh._ranks), counts)
+        ref = getattr(mesh._all_actors[rank], self._name).remote(*args, **kwargs)
+        load.started(rank, ref)
+        return ref
+
+    def shard(self, *args: Any, **kwargs: Any) -> Any:
+        """What the method's ``dispatch_fn(mesh, name, *args, **kwargs)`` returns."""
+        dispatch = getattr(getattr(self._mesh._actor_cls, self._name, None), "_dispatch_fn", None)
+        if dispatch is None:
+            raise AssertionError(_NO_DISPATCH)
+        return dispatch(self._mesh, self._name, *args, **kwargs)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """On a one-actor mesh: that actor's call (``mesh[1, :1].f.remote()``)."""
+        if self._mesh.num_actors != 1:
+            raise ValueError(
+                f"remote() needs a mesh of one actor; this one has {self._mesh.num_actors}: "
+                "use all() or choose(), or index one actor (mesh[1, 0])"
+            )
+        return getattr(self._mesh.actors[0], self._name).remote(*args, **kwargs)
+
+
+class _Methods:
+    """``mesh.methods``: the actor class' methods, each over the whole mesh."""
+
+    def __init__(self, mesh: ActorMesh[Any]) -> None:
+        self._mesh = mesh
+
+    def __getattr__(self, name: str) -> _Method:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _Method(self._mesh, name)
+
+
+def _user_class(actor_cls: Any) -> type:
+    # A class already decorated with @ray.remote: the user's class is the base of the
+    # one Ray made (ray.remote refuses to wrap it twice).
+    metadata = getattr(actor_cls, "__ray_metadata__", None)
+    if metadata is not None:
+        return metadata.modified_class.__bases__[0]  # type: ignore[no-any-return]
+    if not isinstance(actor_cls, type):
+        raise TypeError(f"ActorMesh needs a class, not {actor_cls!r}")
+    return actor_cls
+
+
+def _shape_of(shape: int | Sequence[int] | Mapping[str, int]) -> tuple[Any, Shape]:
+    if isinstance(shape, bool):
+        raise TypeError("shape must be an int, a tuple of ints or a dict of label to int")
+    given: Any = (shape,) if isinstance(shape, int) else shape
+    if isinstance(given, Mapping):
+        return given, Shape.from_dims(tuple(given), tuple(given.values()))
+    sizes = tuple(given)
+    return given, Shape.from_dims(tuple(f"dim{i}" for i in range(len(sizes))), sizes)
+
+
+def _options(resources: Mapping[str, float] | None) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    custom = dict(resources or {})
+    if "CPU" in custom:
+        options["num_cpus"] = custom.pop("CPU")
+    if "GPU" in custom:
+        options["num_gpus"] = custom.pop("GPU")
+    if custom:
+        options["resources"] = custom
+    return options
+
+
+class ActorMesh(Generic[T]):
+    """Actors of one class in a shape, each a Ray actor (see the module docstring).
+
+    Args:
+        actor_cls: a plain class (one decorated with ``@ray.remote`` is unwrapped).
+        args: its constructor's positional arguments (every rank gets the same).
+        kwargs: its constructor's keyword arguments.
+        shape: ``n``, a tuple of sizes, or a dict of dimension name to size; the mesh has
+            their product of actors, ranked row-major.
+        resources_per_actor: Ray resources each actor reserves: ``{"CPU": 0.5, "GPU": 1,
+            "my_resource": 1}`` (fractions allowed). A request the cluster cannot meet
+            leaves actors pending, as Ray does.
+        runtime_env: Ray's runtime environment for every actor; its ``env_vars`` gain
+            ``RAY_ACTOR_MESH_RANK`` (the rank, as a string) and ``RAY_ACTOR_MESH_SIZE``.
+        choose: the ``choose`` policy: a name (``"power_of_two"``, ``"least_loaded"``,
+            ``"round_robin"``, ``"random"``) or a policy object.
+    """
+
+    def __init__(
+        self,
+        actor_cls: Callable[..., T],
+        args: Any,
+        kwargs: Any,
+        shape: int | Sequence[int] | Mapping[str, int],
+        resources_per_actor: Mapping[str, float] | None = None,
+        runtime_env: Mapping[str, Any] | None = None,
+        *,
+        choose: ChoosePolicy | str = "power_of_two",
+    ) -> None:
+        ray = _ray()
+        self._actor_cls = _user_class(actor_cls)
+        self.shape, self._shape = _shape_of(shape)
+        count = math.prod(self._shape.sizes)
+        environment = copy.deepcopy(dict(runtime_env or {}))
+        variables = dict(environment.get("env_vars", {}))
+        remote = ray.remote(self._actor_cls).options(**_options(resources_per_actor))
+        self._all_actors = []
+        for rank in range(count):
+            env_vars = {
+                **variables,
+                "RAY_ACTOR_MESH_RANK": str(rank),
+                "RAY_ACTOR_MESH_SIZE": str(count),
+            }
+            options = {"runtime_env": {**environment, "env_vars": env_vars}}
+            self._all_actors.append(remote.options(**options).remote(*args, **(kwargs or {})))
+        self._ranks = tuple(range(count))
+        self._load = _Load(count)
+        self._policy = policy_from(choose)
+
+    def _view(self, shape: Shape) -> Any:
+        if not shape.labels:
+            return self._all_actors[shape.ranks[0]]  # one actor: its own handle
+        view: ActorMesh[T] = ActorMesh.__new__(ActorMesh)
+        view.__dict__.update(self.__dict__)
+        view._shape, view._ranks = shape, shape.ranks
+        named = isinstance(self.shape, Mapping)
+        view.shape = shape.extent if named else tuple(shape.sizes)
+        return view
+
+    @property
+    def methods(self) -> Any:
+        """The actor class' methods, each over every actor: ``mesh.methods.f.all(x)``."""
+        return _Methods(self)
+
+    @property
+    def actors(self) -> list[Any]:
+        """The Ray actor handles, in rank order."""
+        return [self._all_actors[rank] for rank in self._ranks]
+
+    @property
+    def num_actors(self) -> int:
+        """How many actors the mesh has."""
+        return len(self._ranks)
+
+    def __getattr__(self, name: str) -> _Method:
+        # ``mesh.f.all()`` without ``.methods``, for the class' own methods.
+        if name.startswith("_") or not callable(getattr(self._actor_cls, name, None)):
+            raise AttributeError(name)
+        return _Method(self, name)
+
+    def __getitem__(self, key: Any) -> Any:
+        """``mesh[1, 0]``: that actor's Ray handle; ``mesh[1, :]``: a sub-mesh."""
+        return self._view(self._shape.index(key))
+
+    def slice(self, **dims: Any) -> Any:
+        """The actors at these coordinates (dimension names of a dict shape, else
+        ``dim0``, ``dim1``...)."""
+        return self._view(self._shape.slice(**dims))
+
+    def kill(self) -> None:
+        """End every actor of the mesh (``ray.kill``)."""
+        ray = _ray()
+        for actor in self.actors:
+            ray.kill(actor)
+
+    def __len__(self) -> int:
+        return self.num_actors
+
+    def __repr__(self) -> str:
+        return f"<actormesh.ray.ActorMesh of {self._actor_cls.__qualname__} {self._shape}>"
