@@ -34,10 +34,6 @@ __all__ = ["ActorMesh", "method"]
 
 T = TypeVar("T")
 
-_NO_DISPATCH = (
-    "Sharding only supported if dispatch_fn is specified (later we will have a good default one)"
-)
-
 
 def _ray() -> Any:
     try:
@@ -113,7 +109,11 @@ class _Method:
         """What the method's ``dispatch_fn(mesh, name, *args, **kwargs)`` returns."""
         dispatch = getattr(getattr(self._mesh._actor_cls, self._name, None), "_dispatch_fn", None)
         if dispatch is None:
-            raise AssertionError(_NO_DISPATCH)
+            # AssertionError, as the proposal raises: programs may catch that.
+            raise AssertionError(
+                f"{self._name}.shard() needs a dispatch_fn: declare the method with "
+                f"@method(dispatch_fn=fn), fn(mesh, method_name, *args, **kwargs)"
+            )
         return dispatch(self._mesh, self._name, *args, **kwargs)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
@@ -206,7 +206,8 @@ class ActorMesh(Generic[T]):
         count = math.prod(self._shape.sizes)
         environment = copy.deepcopy(dict(runtime_env or {}))
         variables = dict(environment.get("env_vars", {}))
-        remote = ray.remote(self._actor_cls).options(**_options(resources_per_actor))
+        remote = ray.remote(self._actor_cls)
+        reserved = _options(resources_per_actor)
         self._all_actors = []
         for rank in range(count):
             env_vars = {
@@ -214,7 +215,7 @@ class ActorMesh(Generic[T]):
                 "RAY_ACTOR_MESH_RANK": str(rank),
                 "RAY_ACTOR_MESH_SIZE": str(count),
             }
-            options = {"runtime_env": {**environment, "env_vars": env_vars}}
+            options = {**reserved, "runtime_env": {**environment, "env_vars": env_vars}}
             self._all_actors.append(remote.options(**options).remote(*args, **(kwargs or {})))
         self._ranks = tuple(range(count))
         self._load = _Load(count)
