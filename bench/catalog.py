@@ -136,6 +136,13 @@ WORKLOADS: tuple[Workload, ...] = (
         _mbps(),
     ),
     Workload(
+        "rdma_read_64m",
+        "64 MiB tensor of an actor read one-sided with Monarch's RDMABuffer.read_into "
+        "(the owner does nothing); the caller overwrites the elements its fingerprint "
+        "reads before each read, and fingerprints after it.",
+        _mbps(),
+    ),
+    Workload(
         "payload_sweep",
         "Tensor-argument round trip for 1 KiB .. 256 MiB in powers of 4: latency and MB/s.",
         (

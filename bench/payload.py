@@ -23,7 +23,7 @@ __all__ = [
 
 KIB = 1024
 MIB = 1024 * 1024
-_PAGE_ELEMENTS = 1024  # float32 elements in a 4 KiB page
+PAGE_ELEMENTS = 1024  # float32 elements in a 4 KiB page
 
 
 def make_tensor(nbytes: int) -> Any:
@@ -44,7 +44,7 @@ def fingerprint(t: Any) -> tuple[int, int]:
     the data lazily still has to fault in every page, as a real consumer would.
     """
     flat = t.reshape(-1)
-    return int(flat.numel()), _crc(flat[::_PAGE_ELEMENTS])
+    return int(flat.numel()), _crc(flat[::PAGE_ELEMENTS])
 
 
 def checksum(t: Any) -> tuple[int, int]:

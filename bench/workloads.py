@@ -19,7 +19,7 @@ from typing import Any
 
 from bench import procfs
 from bench.catalog import FANOUT_SIZES, QUICK_FANOUT_SIZES, SWEEP_SIZES
-from bench.payload import MIB, checksum, fingerprint, make_tensor, size_label
+from bench.payload import MIB, PAGE_ELEMENTS, checksum, fingerprint, make_tensor, size_label
 from bench.stats import Budget, Summary, mbps, time_async, time_sync
 from bench.systems.base import Mesh, Metrics, NotApplicable, NotAvailable, System, WorkloadFn
 
@@ -269,6 +269,34 @@ async def tensor_ret_64m(ctx: Context) -> Metrics:
     return {"mbps": mbps(nbytes, median), "median_ms": median * 1e3, "verified": True}
 
 
+async def rdma_read_64m(ctx: Context) -> Metrics:
+    """A 64 MiB tensor of rank 0 read one-sided by the caller (``RDMABuffer.read_into``)
+    into a tensor of its own, which it fingerprints each time."""
+    if not getattr(ctx.system, "one_sided_reads", False):
+        raise NotApplicable("no one-sided reads of another process' memory")
+    import torch
+
+    nbytes = 64 * MIB
+    mesh = await ctx.mesh()
+    await mesh.call(0, "hold", nbytes)
+    buffer = await mesh.call(0, "lend")
+    local = torch.zeros(nbytes // 4, dtype=torch.float32)
+    await buffer.read_into(local.view(torch.uint8).flatten())
+    reference = make_tensor(nbytes)
+    _check(checksum(local), checksum(reference), "full checksum")
+    expected = fingerprint(reference)
+    del reference
+
+    async def op() -> None:
+        local[::PAGE_ELEMENTS] = -1.0  # what fingerprint reads: a read must rewrite it
+        await buffer.read_into(local.view(torch.uint8).flatten())
+        _check(fingerprint(local), expected, "fingerprint")
+
+    median = Summary.of(await time_async(op, ctx.pick(_TENSOR, _TENSOR_QUICK))).median
+    await mesh.call(0, "hold", 0)
+    return {"mbps": mbps(nbytes, median), "median_ms": median * 1e3, "verified": True}
+
+
 _SWEEP = Budget(max_n=100, seconds=0.6, min_n=3, warmup=1)
 _SWEEP_QUICK = Budget(max_n=30, seconds=0.2, min_n=2, warmup=1)
 
@@ -322,6 +350,7 @@ GENERIC: dict[str, WorkloadFn] = {
     "idle_cpu": idle_cpu,
     "idle_rss_mb": idle_rss_mb,
     "payload_sweep": payload_sweep,
+    "rdma_read_64m": rdma_read_64m,
     "pipelined": pipelined,
     "rtt_async": rtt_async,
     "rtt_sync": rtt_sync,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from bench import payload
 from bench.systems.base import Mesh, System
@@ -22,13 +22,18 @@ __all__ = ["ActorMeshes", "MeshLikeSystem", "echo_class"]
 
 
 def echo_class(
-    actor_base: type, endpoint: Callable[..., Any], module: str, name: str = "Echo"
+    actor_base: type,
+    endpoint: Callable[..., Any],
+    module: str,
+    name: str = "Echo",
+    rdma_module: str | None = None,
 ) -> type:
     """The echo actor for a system whose actors subclass ``actor_base``.
 
     Every endpoint is ``async def`` (Monarch 0.7 refuses actors that mix sync and async
     endpoints). The class is given ``module`` and ``name`` so it pickles by reference
-    once the caller binds it to ``<module>.<name>``.
+    once the caller binds it to ``<module>.<name>``. With ``rdma_module`` (a module with
+    Monarch's ``RDMABuffer``), ``lend()`` registers the held tensor and returns the buffer.
     """
 
     class Echo(actor_base):  # type: ignore[misc]
@@ -60,6 +65,17 @@ def echo_class(
         @endpoint
         async def give(self) -> Any:
             return self._held
+
+        @endpoint
+        async def lend(self) -> Any:
+            import importlib
+
+            import torch
+
+            if rdma_module is None:
+                raise NotImplementedError("this system has no RDMABuffer")
+            buffer_class = importlib.import_module(rdma_module).RDMABuffer
+            return buffer_class(self._held.view(torch.uint8).flatten())
 
         @endpoint
         async def a2a(self, peer: Any, n: int) -> list[float]:
@@ -118,6 +134,9 @@ class ActorMeshes(Mesh):
 
 class MeshLikeSystem(System):
     """A system with Monarch's vocabulary; see the module docstring."""
+
+    one_sided_reads: ClassVar[bool] = True
+    """Whether its echo lends ``RDMABuffer``s (``rdma_read_64m``)."""
 
     echo: type
     """The system's echo actor class (from `echo_class`, possibly extended)."""

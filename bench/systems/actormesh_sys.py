@@ -33,7 +33,7 @@ __all__ = ["SYSTEM", "ActormeshSystem", "Echo", "EchoBase"]
 
 _RPC_NAMES = ("init_rpc", "rpc_async", "rpc_sync", "shutdown")
 
-EchoBase = echo_class(Actor, endpoint, __name__, "EchoBase")
+EchoBase = echo_class(Actor, endpoint, __name__, "EchoBase", rdma_module="actormesh.rdma")
 
 
 def _extras() -> dict[str, Any]:

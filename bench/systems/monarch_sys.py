@@ -16,7 +16,7 @@ from bench.systems._meshlike import MeshLikeSystem, echo_class
 
 __all__ = ["SYSTEM", "Echo", "MonarchSystem"]
 
-Echo = echo_class(Actor, endpoint, __name__)
+Echo = echo_class(Actor, endpoint, __name__, rdma_module="monarch.rdma")
 
 
 class MonarchSystem(MeshLikeSystem):
