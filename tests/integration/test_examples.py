@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from integration_support import REPO
@@ -104,3 +105,17 @@ def test_seed_programs_differ_from_the_seed_only_in_imports(name: str) -> None:
     # The seed's own import lines, with actormesh in place of monarch.
     assert "from actormesh.actor_mesh import Actor, current_rank, endpoint" in source
     assert "from actormesh.proc_mesh import" in source
+
+
+def test_the_readme_api_tour_runs(tmp_path: Path) -> None:
+    readme = (REPO / "README.md").read_text()
+    tour = re.search(r"## API tour\n\n```python\n(.*?)```", readme, re.S)
+    assert tour is not None, "README.md has no API tour code block"
+    program = tmp_path / "tour.py"
+    program.write_text(tour.group(1))
+    done = subprocess.run(
+        [sys.executable, str(program)], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    # stream() printed one value per actor: sum([3.0]) * 1e-3 from each of the 4.
+    assert done.stdout.split() == ["0.003"] * 4
