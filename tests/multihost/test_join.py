@@ -18,10 +18,10 @@ from actormesh import proc_mesh
 from actormesh._core._envelope import HELLO
 from actormesh._core._envelope import encode_header as encode_envelope
 from actormesh._hosts import Runtime
+from actormesh._hosts._joining import join_order
 from actormesh._hosts._remote import Joined
 from actormesh._transport._frames import encode_header as encode_frame
 from actormesh.allocators import Allocator, ExternalAllocator, LocalAllocator
-from actormesh.allocators._joining import join_order
 
 
 def _worker(address: str, secret: str, *args: str) -> subprocess.Popen[str]:

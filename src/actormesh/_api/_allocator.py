@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from .._hosts import ChildProcess, Runtime
+from .._hosts._agent_link import AgentLink
 from .._shape import Point
 
 __all__ = ["Allocator", "LocalAllocator", "ProcessSpec"]
@@ -71,6 +72,16 @@ class LocalAllocator:
     async def stop(self, runtime: Runtime, processes: Sequence[ChildProcess], grace: float) -> None:
         """SHUTDOWN, then SIGTERM after ``grace`` seconds, then SIGKILL."""
         await runtime.stop_processes(processes, grace)
+
+    async def start_hosts(self, runtime: Runtime, count: int) -> list[AgentLink]:
+        """``count`` host agents on this host (``host_mesh(n)``): each a "host" of its
+        own, starting and watching its workers and relaying casts to them, as agents on
+        other hosts do. They die with this process."""
+        return await runtime.start_agents(count)
+
+    async def stop_hosts(self, runtime: Runtime, links: Sequence[AgentLink], grace: float) -> None:
+        """Let the agents go: they exit, and end every process they started."""
+        await runtime.stop_processes([link.process for link in links], grace)
 
     def __repr__(self) -> str:
         return "LocalAllocator()"

@@ -278,16 +278,20 @@ def attach_to_workers(
     return result
 
 
-def host_mesh(hosts: int, *, allocator: Allocator) -> Future[HostMesh]:
-    """A mesh of ``hosts`` remote hosts, each with a host agent, from ``allocator``.
+def host_mesh(hosts: int, *, allocator: Allocator | None = None) -> Future[HostMesh]:
+    """A mesh of ``hosts`` hosts, each with a host agent, from ``allocator``.
 
     ``ExternalAllocator``: agents started by a cluster launcher with ``actormesh host
-    --join HOST:PORT`` join here. ``RayAllocator``: one agent per Ray node. The mesh's
-    dimension is ``hosts``; ``shutdown()`` ends the agents and their processes.
+    --join HOST:PORT`` join here. ``RayAllocator``: one agent per Ray node. The default,
+    ``LocalAllocator``: ``hosts`` agents on this host, each standing for a host (to try
+    a program written for several hosts on one). The mesh's dimension is ``hosts``;
+    ``shutdown()`` ends the agents and their processes.
 
     Raises:
         TypeError: the allocator cannot start host agents.
     """
+    if allocator is None:
+        allocator = LocalAllocator()
     start_hosts = getattr(allocator, "start_hosts", None)
     if start_hosts is None:
         raise TypeError(f"{allocator!r} cannot start host agents (it has no start_hosts())")

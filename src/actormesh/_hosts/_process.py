@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping
 
 __all__ = ["ChildProcess", "describe_exit", "kill_process_group", "launch"]
@@ -163,3 +164,28 @@ def launch(
     child.env = dict(env)
     child.tcp_socket = tcp_socket
     return child
+
+
+def launch_agent(key: str, owner: str, secret: str) -> subprocess.Popen[bytes]:
+    """Start a host agent on this host that joins ``owner`` (``tcp://``) as ``key``.
+
+    It dies with this process (``ACTORMESH_PARENT_PID``: a signal from the kernel when
+    this process dies, and its owner's connection closing); a thread reaps it, so it
+    never lingers as a zombie.
+    """
+    env = {
+        **os.environ,
+        "ACTORMESH_KEY": key,
+        "ACTORMESH_PARENT": owner,
+        "ACTORMESH_PARENT_PID": str(os.getpid()),
+        "ACTORMESH_SECRET": secret,
+    }
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "actormesh._hosts._agent"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+    threading.Thread(target=popen.wait, name="actormesh-agent-reaper", daemon=True).start()
+    return popen

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -37,8 +38,9 @@ from .._transport import (
 )
 from ._agent_link import AgentLink, RelayConnection, RelayedProcess, WorkerSpec
 from ._heartbeat import HeartbeatMonitor
+from ._joining import JoinWait
 from ._output import PipeForwarder
-from ._process import ChildProcess, describe_exit, launch
+from ._process import ChildProcess, describe_exit, launch, launch_agent
 from ._reaper import kill_tagged
 from ._remote import Joined, Joins, RemoteProcess
 
@@ -68,6 +70,7 @@ class Runtime(CoreRuntime):
         self.owner_decides_restarts = False
         # Host agents this process owns, by their connection (see _agent_link).
         self.agents: dict[Connection, AgentLink] = {}
+        self._agent_ids = itertools.count()
         self.frame_kinds[env.EVENT] = self._on_agent_event
 
     # -- the core runtime's hooks ---------------------------------------------------------
@@ -221,12 +224,35 @@ class Runtime(CoreRuntime):
 
     # -- host agents ------------------------------------------------------------------------
 
-    def adopt_agent(self, joined: Joined) -> AgentLink:
+    def adopt_agent(self, joined: Joined, kill: Callable[[], None] | None = None) -> AgentLink:
         """Own a host agent that joined (loop thread); its heartbeats are watched."""
-        process = self.adopt(joined, rank=-1)
+        process = self.adopt(joined, rank=-1, kill=kill)
         link = AgentLink(self, process, dict(joined.info))
         self.agents[joined.conn] = link
         return link
+
+    async def start_agents(self, count: int) -> list[AgentLink]:
+        """Start ``count`` host agents on this host and own them (loop thread).
+
+        Each is a child of this process that joins it over loopback TCP, as an agent on
+        another host would, and then starts, watches and relays to its own workers; it
+        dies with this process. On failure every agent started here is killed.
+        """
+        address = self.listen_tcp("127.0.0.1")
+        keys = [f"agent-{os.getpid()}-{next(self._agent_ids)}" for _ in range(count)]
+        waiting = JoinWait(self, count, accept=lambda joined: joined.key in keys)
+        started = []
+        try:
+            for key in keys:
+                started.append(launch_agent(key, address, self.secret))
+            joined = await waiting.wait(self.config.spawn_timeout, f"at {address}")
+        except BaseException:
+            waiting.close()
+            for popen in started:
+                popen.kill()
+            raise
+        by_key = {j.key: j for j in joined}
+        return [self.adopt_agent(by_key[k], kill=p.kill) for k, p in zip(keys, started)]
 
     async def attach_agent(self, address: str) -> AgentLink:
         """Dial a host agent waiting at ``address`` (``tcp://``), prove the job's secret,

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from .._api._allocator import ProcessSpec
 from .._hosts import ChildProcess, Runtime
 from .._hosts._agent_link import AgentLink
+from .._hosts._joining import JoinWait, is_agent, join_order
 from .._hosts._setup import ProcessSetup, prepare
 from .._transport import parse_tcp
-from ._joining import JoinWait, is_agent, join_order
 
 __all__ = ["ExternalAllocator"]
 

@@ -25,10 +25,10 @@ from typing import Any, Literal
 from .._api._allocator import ProcessSpec
 from .._hosts import ChildProcess, Runtime
 from .._hosts._agent_link import AgentLink
+from .._hosts._joining import JoinWait
 from .._hosts._remote import Joined
 from .._shape import Point
 from .._transport import format_tcp, parse_tcp
-from ._joining import JoinWait
 from ._ray_host import ProcessHost
 
 __all__ = ["RayAllocator"]

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core._envelope import SHUTDOWN, encode_header
-from .._hosts import Runtime
-from .._hosts._remote import Joined
 from .._transport import TransportClosed
+from ._remote import Joined
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
 
 __all__ = ["JoinWait", "is_agent", "join_order"]
 
