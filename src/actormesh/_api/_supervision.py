@@ -29,9 +29,9 @@ A controller never learns of a failure only by noticing that something is missin
 a hook, the hook decides; calls that include a dead rank then fail with
 ``ActorDiedError``.
 
-Spawning is not supervised this way: a failing ``__init__`` fails the spawn itself with
-``ActorInitError`` (the caller is waiting for it), and the actors that did start are
-dropped.
+Spawning is not supervised this way: a failing ``__init__`` is raised, as
+``ActorInitError``, by ``mesh.initialized`` (and awaiting the mesh) and by every call to
+the mesh, since the caller of ``spawn`` got the mesh before any ``__init__`` ran.
 """
 
 from __future__ import annotations
