@@ -72,7 +72,8 @@ class Actor:
     """Base class of actors. Mark the methods other processes may call with ``@endpoint``.
 
     ``__init__`` runs in the worker on the actor's own thread (it may block, e.g. to load a
-    model); an exception there fails the spawn with ``ActorInitError``. ``def`` endpoints
+    model); an exception there is raised, as ``ActorInitError``, by ``mesh.initialized``
+    and by calls to the mesh. ``def`` endpoints
     run on that thread too, one message at a time; ``async def`` endpoints run on the
     worker's event loop, also one at a time unless marked ``concurrent=True``.
     """
