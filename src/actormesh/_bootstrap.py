@@ -2,7 +2,8 @@
 
 A worker lives as every process an owner starts does (``actormesh._hosts._lifetime``:
 never outliving its owner, killing what it started on the way out) and hosts actors:
-failures of the meshes it spawns in turn are supervised from here.
+failures of the meshes it spawns in turn are supervised from here, and ``breakpoint()``
+in an actor opens a debugger session with the controller.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 from typing import Any
 
 from ._api._supervision import install
+from ._core import _debugger
+from ._hosts import Runtime
 from ._hosts._lifetime import serve as serve_process
 
 __all__ = ["main", "serve"]
@@ -29,7 +32,12 @@ def serve(
     own_group: bool = True,
 ) -> None:
     """Join the owner at ``owner`` as worker ``key`` and host actors until shutdown."""
-    serve_process(key, owner, info, own_group=own_group, setup=install)
+    serve_process(key, owner, info, own_group=own_group, setup=_setup)
+
+
+def _setup(runtime: Runtime) -> None:
+    install(runtime)
+    _debugger.install()  # breakpoint() in an actor: a pdb session in the controller
 
 
 if __name__ == "__main__":

@@ -49,6 +49,19 @@ class Config:
         max_handshakes: authentications in progress at once on one listener; when a new
             peer would pass it, the one silent longest is dropped to make room.
         max_handshakes_per_host: the same cap for peers from one address.
+        observe: keep what ``actormesh top`` and ``actormesh stacks`` show: a controller
+            registers itself (an abstract Unix socket only this user can reach, found by
+            the ``actormesh`` command; nothing on disk) and workers count each endpoint's
+            calls, errors and run times. ``False`` turns both off; breakpoints in actors
+            and ``mesh.stacks()`` work either way.
+        output_aggregate: identical lines printed by several actors of a mesh larger than
+            this within ``output_window`` seconds are shown once, with the ranks and a
+            count (``[trainer {gpus=0..7}] x8 loss 0.31``); 0 shows every line as printed.
+        output_window: seconds within which identical lines are merged (see above).
+        progress: progress lines on stderr for long operations (spawning many processes,
+            weight sync, a stop that waits): ``"auto"`` when stderr is a terminal and the
+            operation has taken more than 2 s, ``"always"`` (to stderr, even into a log),
+            ``"never"``.
         secret: the job's secret; every TCP connection proves it before a frame is read.
             ``None``: a controller makes one up when it first listens on TCP and hands it
             to the workers it starts; workers started by someone else need it given.
@@ -68,6 +81,10 @@ class Config:
     handshake_timeout: float = 5.0
     max_handshakes: int = 256
     max_handshakes_per_host: int = 64
+    observe: bool = True
+    output_aggregate: int = 4
+    output_window: float = 0.25
+    progress: Literal["auto", "always", "never"] = "auto"
     secret: str | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -86,6 +103,10 @@ class Config:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)!r}")
+        if self.progress not in ("auto", "always", "never"):
+            raise ValueError(f"progress must be 'auto', 'always' or 'never', not {self.progress!r}")
+        if self.output_aggregate < 0 or self.output_window <= 0:
+            raise ValueError("output_aggregate must be >= 0 and output_window positive")
         if self.max_message_bytes <= 0 or self.shm_threshold < 0:
             raise ValueError("max_message_bytes must be positive and shm_threshold >= 0")
 
@@ -110,6 +131,12 @@ def _parse(name: str, type_text: str, raw: str) -> object:
     try:
         if raw.lower() == "none" and "None" in type_text:
             return None
+        if type_text == "bool":
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
         if type_text.startswith("float"):
             return float(raw)
         if type_text.startswith("int"):

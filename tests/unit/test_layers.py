@@ -27,6 +27,7 @@ LAYERS: dict[str, float] = {
     "_core": 2,
     "_hosts": 3,
     "_api": 4,
+    "_observe": 4,  # the controller's side of top/stacks/debug: meshes and the runtime
     "_bootstrap": 4,  # the worker process' entry point: a runtime and the actor layer
     "allocators": 5,
     "rpc": 5,

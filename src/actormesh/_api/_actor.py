@@ -27,6 +27,7 @@ from ._endpoint import AS_ENDPOINT, Endpoint, EndpointOptions
 if TYPE_CHECKING:
     from typing import Self
 
+    from .._observe import Stacks
     from .._shape import Extent, Shape
     from ._future import Future
     from ._routing import ChoosePolicy
@@ -50,6 +51,7 @@ RESERVED_NAMES = frozenset(
         "sizes",
         "slice",
         "split",
+        "stacks",
         "stats",
         "stop",
         "with_policy",
@@ -117,6 +119,7 @@ class Actor:
         def rename(self, **names: str) -> Self: ...
         def stop(self) -> Future[None]: ...
         def stats(self) -> dict[int, dict[str, Any]]: ...
+        def stacks(self, timeout: float = 5.0) -> Future[Stacks]: ...
         def with_policy(
             self,
             policy: ChoosePolicy | str | None = None,

@@ -8,6 +8,7 @@ Endpoints are attributes: ``mesh.step`` is the endpoint ``step`` bound to this h
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
@@ -25,6 +26,7 @@ from ._mesh_state import MeshState, state_of
 from ._routing import Affinity, ChoosePolicy, policy_from
 
 if TYPE_CHECKING:
+    from .._observe import Stacks
     from .._transport import Connection
 
 __all__ = ["ActorMesh", "MeshRef"]
@@ -246,6 +248,25 @@ class ActorMesh(Shaped, Generic[T]):
     def stats(self) -> dict[int, dict[str, Any]]:
         """Per root rank, as seen by this process: in flight, completed, failed, latency."""
         return self._state.stats()
+
+    def stacks(self, timeout: float = 5.0) -> Future[Stacks]:
+        """What each actor of this handle is doing now: its Python stacks (the thread
+        running its endpoint marked, the coroutines an ``async`` one awaits, threads
+        its code started), with ranks that share a stack grouped; ``print()`` it.
+
+        A process that cannot answer within ``timeout`` seconds (its event loop blocked
+        by a C call holding the GIL, say) is reported as silent.
+        """
+        from .._observe import mesh_stacks
+        from ._proc_mesh import _from_concurrent
+
+        runtime = Runtime.get()
+        for path, _ in self._routes():
+            with contextlib.suppress(ActorDiedError):
+                runtime.connection(path)  # dialled here: the loop thread never dials
+        ranks = list(self._shape.ranks)
+        inner = runtime.submit(mesh_stacks(runtime, self._ref, ranks, timeout))
+        return _from_concurrent(runtime, inner)
 
     def stop(self) -> Future[None]:
         """Drop every actor of this mesh; pending calls fail.

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, TypeVar
 
+from .. import _observe
 from .._core import dumps
 from .._core._envelope import SPAWN, STOP_MESH
 from .._exceptions import MeshStoppedError
@@ -105,6 +106,7 @@ class ProcMesh(Shaped):
         )
         mesh: ActorMesh[T] = ActorMesh(ref, Shape.from_dims(labels, sizes), actor_class)
         _supervision.adopt(mesh._state)
+        _observe.spawned(mesh)  # actormesh top / stacks / debug see it
         spec = SpawnSpec(actor_class, args, kwargs, name, labels, sizes, mesh)
         payload, buffers = dumps(spec)
         self._processes.meshes.append(ref.mesh_id)

@@ -25,6 +25,15 @@ fan-out re-encodes only the header per destination, never the arguments. The lay
                                                 ``{rank: description}`` pickle
     (REPLY_TO, token)                           first frame of a connection that a caller's
                                                 own event loop reads replies on
+    (OBSERVE, req_id, what)                     owner -> worker: what the process and its
+                                                actors are doing (``what``: "stats" or
+                                                "stacks"); one REPLY (rank -1) with a dict
+                                                pickle, built on the worker's loop
+    (DEBUG, session, op)                        + details pickle: a remote breakpoint.
+                                                Worker -> owner on a connection of its own
+                                                ("open", "out", "state", "close"); owner ->
+                                                worker ("in"); owners that are not the
+                                                controller pass them on by ``session``
 
 Between an owner and a host agent (``actormesh._hosts``), which stands between the owner
 and the workers of one host::
@@ -55,11 +64,13 @@ __all__ = [
     "CALL",
     "CANCEL",
     "CAST",
+    "DEBUG",
     "EVENT",
     "FAILURE",
     "HELLO",
     "HOST",
     "INSPECT",
+    "OBSERVE",
     "PING",
     "PONG",
     "RELAY",
@@ -78,6 +89,7 @@ __all__ = [
 HELLO, SPAWN, CALL, REPLY, FAILURE, STOP_MESH, CANCEL, SHUTDOWN = range(1, 9)
 PING, PONG, INSPECT, REPLY_TO = range(9, 13)
 RELAY, CAST, REPLIES, HOST, EVENT = range(13, 18)
+OBSERVE, DEBUG = range(18, 20)
 
 
 def encode_header(header: tuple[Any, ...]) -> bytes:
@@ -104,6 +116,8 @@ _ARITY: dict[int, tuple[int, ...]] = {
     REPLIES: (2,),
     HOST: (3,),
     EVENT: (3,),
+    OBSERVE: (3,),
+    DEBUG: (3,),
 }
 
 

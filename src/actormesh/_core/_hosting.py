@@ -1,4 +1,4 @@
-"""Hosting actors: the worker side of SPAWN, CALL, CANCEL, INSPECT and STOP_MESH.
+"""Hosting actors: the worker side of SPAWN, CALL, CANCEL, INSPECT, OBSERVE and STOP_MESH.
 
 A mixin of ``Runtime``: the actors this process hosts, by mesh id and rank, each behind
 its ``Mailbox``; ``_Delivery`` carries one call to one actor and its answer back to the
@@ -14,9 +14,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from .._config import Config
 from .._exceptions import ActorDiedError, MeshStoppedError
 from .._transport import Connection, TransportClosed
 from . import _envelope as env
+from . import _snapshot
+from ._debugger import paused
 from ._inspect import describe
 from ._limits import check_message_size
 from ._mailbox import Mailbox
@@ -169,6 +172,7 @@ class _Delivery:
 class Hosting:
     """The actors hosted in this process (mixed into ``Runtime``)."""
 
+    config: Config
     loop: asyncio.AbstractEventLoop
     _hosted: dict[str, dict[int, _HostedActor]]
     _spawners: dict[str, Connection]
@@ -240,7 +244,9 @@ class Hosting:
         actors = self._hosted.setdefault(mesh_id, {})
         for rank in ranks:
             factory, mesh_name, point = spec.actor(rank)
-            mailbox = Mailbox(self.loop, name=f"actor {mesh_name}{point}")
+            mailbox = Mailbox(
+                self.loop, name=f"actor {mesh_name}{point}", stats=self.config.observe
+            )
             actors[rank] = _HostedActor(mailbox, mesh_id, mesh_name, point)
 
             def done(
@@ -296,6 +302,15 @@ class Hosting:
         with contextlib.suppress(TransportClosed):
             conn.send(reply)
 
+    def _handle_observe(self, conn: Connection, header: tuple[Any, ...]) -> None:
+        _, req_id, what = header
+        actors = [
+            (hosted.mesh_id, rank, hosted.mesh_name, hosted.point, hosted.mailbox)
+            for by_rank in self._hosted.values()
+            for rank, hosted in by_rank.items()
+        ]
+        _snapshot.reply(conn, req_id, _snapshot.answer(actors, what, paused()))
+
     def _refuse_spawn(
         self,
         conn: Connection,
@@ -336,7 +351,9 @@ class Hosting:
         """
 
         def install() -> None:
-            mailbox = Mailbox(self.loop, name=f"actor {mesh_name}{point}")
+            mailbox = Mailbox(
+                self.loop, name=f"actor {mesh_name}{point}", stats=self.config.observe
+            )
             self._hosted.setdefault(mesh_id, {})[rank] = _HostedActor(
                 mailbox, mesh_id, mesh_name, point
             )

@@ -7,6 +7,9 @@ thread's for ``def`` endpoints, read with ``sys._current_frames()``, the task's 
 ``async`` ones), or still queued behind another message (and what that one is doing).
 ``describe`` builds that answer from a mailbox; ``explain`` words it on the caller's side.
 Both sides deal in plain dicts, so the answer pickles without any of the actor's objects.
+
+``thread_stacks`` and ``task_stack`` read every thread's stack and a task's awaited
+coroutines, for ``actormesh stacks`` (see ``_snapshot``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 
 from ._mailbox import Mailbox, Message
 
-__all__ = ["describe", "explain"]
+__all__ = ["describe", "explain", "task_stack", "thread_stacks"]
 
 _STACK_LIMIT = 12  # innermost frames shown per stack
 
@@ -72,7 +75,35 @@ def _idle(frame: FrameType) -> bool:
     return frame.f_code.co_name == "_thread_main"
 
 
-def _task_stack(task: asyncio.Task[Any]) -> str:
+def task_stack(task: asyncio.Task[Any], limit: int = _STACK_LIMIT) -> str:
+    """The awaited coroutines of ``task``, outermost first, formatted (library frames
+    above the endpoint left out); empty when it awaits only the runtime's own code (the
+    task of a ``def`` endpoint, which waits for the actor's thread)."""
+    return _task_stack(task, limit, user_only=True)
+
+
+def thread_stacks(limit: int = 40) -> list[dict[str, Any]]:
+    """Every thread of this process: ``ident``, ``name``, ``stack`` (formatted, library
+    frames above the first frame of user code left out) and ``ours`` (True when every
+    frame is the runtime's own or the standard library's: a runtime thread, or an idle one).
+    """
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    found = []
+    for ident, frame in sys._current_frames().items():
+        summary = traceback.extract_stack(frame)
+        ours = all(_is_ours(f.filename) for f in summary)
+        found.append(
+            {
+                "ident": ident,
+                "name": names.get(ident, f"thread {ident}"),
+                "stack": _format(summary, limit),
+                "ours": ours,
+            }
+        )
+    return found
+
+
+def _task_stack(task: asyncio.Task[Any], limit: int = _STACK_LIMIT, user_only: bool = False) -> str:
     # A suspended coroutine's frame has no f_back: follow what each one awaits instead.
     frames: list[FrameType] = []
     coro: Any = task.get_coro()
@@ -82,17 +113,28 @@ def _task_stack(task: asyncio.Task[Any]) -> str:
             break
         frames.append(frame)
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-    return _format(traceback.StackSummary.extract((f, f.f_lineno) for f in frames))
+    summary = traceback.StackSummary.extract((f, f.f_lineno) for f in frames)
+    if user_only and all(_is_ours(f.filename) for f in summary):
+        return ""
+    return _format(summary, limit)
 
 
-_OURS = (os.path.dirname(os.path.dirname(__file__)), threading.__file__, asyncio.__path__[0])
+_LIBRARY = os.path.dirname(os.path.dirname(__file__))
+_STDLIB = os.path.dirname(threading.__file__)  # threading, selectors, concurrent, ...
 
 
-def _format(summary: traceback.StackSummary) -> str:
+def _is_ours(filename: str) -> bool:
+    # The runtime's frames, and the standard library's (not the packages installed in it).
+    if filename.startswith((_LIBRARY, "<frozen ")):
+        return True  # actormesh, or a frozen module of the standard library
+    return filename.startswith(_STDLIB) and "-packages" not in filename
+
+
+def _format(summary: traceback.StackSummary, limit: int = _STACK_LIMIT) -> str:
     # Start at the endpoint: the runtime's frames above it say nothing about the actor.
     frames = list(summary)
-    first = next((i for i, f in enumerate(frames) if not f.filename.startswith(_OURS)), 0)
-    return "".join(traceback.StackSummary.from_list(frames[first:]).format()[-_STACK_LIMIT:])
+    first = next((i for i, f in enumerate(frames) if not _is_ours(f.filename)), 0)
+    return "".join(traceback.StackSummary.from_list(frames[first:]).format()[-limit:])
 
 
 def explain(point: str, answer: dict[str, Any] | None, endpoint: str) -> str:

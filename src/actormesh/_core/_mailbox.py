@@ -11,7 +11,8 @@ caller hears.
 Cancellation: a caller that gives up sends CANCEL; a queued message is dropped, a running
 ``async`` endpoint has its task cancelled, and a running ``def`` endpoint sees a flag it
 may poll (``CURRENT_MESSAGE``, read by ``actormesh.cancelled()``). The mailbox also knows
-what it is running and since when, for the runtime to tell a caller that timed out.
+what it is running and since when, for the runtime to tell a caller that timed out, and
+(unless ``stats`` is off) what each endpoint has done, for ``actormesh top``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
+
+from ._endpoint_stats import EndpointStats
 
 __all__ = ["CURRENT_MESSAGE", "EndpointKind", "Hosted", "Mailbox", "Message"]
 
@@ -88,10 +91,12 @@ class Mailbox:
     Args:
         loop: the process' event loop; ``deliver`` must be called on its thread.
         name: label of the actor's thread.
+        stats: record each endpoint's calls, errors and run times (``self.stats``).
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, name: str, *, stats: bool = True) -> None:
         self._loop = loop
+        self.stats = EndpointStats() if stats else None
         self._queue: deque[Message] = deque()
         self._running = False
         self._closed = False
@@ -102,7 +107,7 @@ class Mailbox:
         self.since = 0.0
         self._drain_task: asyncio.Task[None] | None = None
         self._cancelling: Message | None = None
-        self.concurrent: dict[Message, asyncio.Task[None]] = {}
+        self.concurrent: dict[Message, asyncio.Task[bool]] = {}
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._thread_main, name=name, daemon=True)
         self._thread.start()
@@ -175,9 +180,17 @@ class Mailbox:
             ),
         )
 
-    def _track(self, message: Message, task: asyncio.Task[None]) -> None:
+    def _track(self, message: Message, task: asyncio.Task[bool]) -> None:
         self.concurrent[message] = task
-        task.add_done_callback(lambda _: self.concurrent.pop(message, None))
+        started = time.monotonic()
+
+        def done(task: asyncio.Task[bool]) -> None:
+            self.concurrent.pop(message, None)
+            if self.stats is not None:
+                ok = not task.cancelled() and task.exception() is None and task.result()
+                self.stats.record(message.endpoint, time.monotonic() - started, ok)
+
+        task.add_done_callback(done)
 
     def _kick(self) -> None:
         if not self._running and self._queue and self._host is not None:
@@ -197,12 +210,13 @@ class Mailbox:
                     message.fail(error)
                     continue
                 self.current, self.since = message, time.monotonic()
+                ok: bool | None
                 if kind is EndpointKind.SYNC:
-                    finished = self._loop.create_future()
+                    finished: asyncio.Future[bool] = self._loop.create_future()
                     self._jobs.put((self._run_sync, host, message, args, kwargs, finished))
-                    await finished
+                    ok = await finished
                 elif kind is EndpointKind.ASYNC:
-                    await self._run_async(host, message, args, kwargs)
+                    ok = await self._run_async(host, message, args, kwargs)
                 else:
                     self._track(
                         message,
@@ -210,7 +224,10 @@ class Mailbox:
                             self._run_async(host, message, args, kwargs), context=host.context
                         ),
                     )
+                    ok = None  # counted when its task ends
                 self.current = None
+                if ok is not None and self.stats is not None:
+                    self.stats.record(message.endpoint, time.monotonic() - self.since, ok)
         finally:
             self._running = False
             self.current = None
@@ -219,7 +236,8 @@ class Mailbox:
 
     async def _run_async(
         self, host: Hosted, message: Message, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> None:
+    ) -> bool:
+        """Run an ``async`` endpoint and answer; True when it returned, False if it raised."""
         token = CURRENT_MESSAGE.set(message)
         try:
             value = await host.invoke(message.endpoint, args, kwargs)
@@ -231,13 +249,14 @@ class Mailbox:
                 task = asyncio.current_task()
                 if task is not None:
                     task.uncancel()
-                return
+                return False
             if not isinstance(error, Exception):
                 raise
-            return
+            return False
         finally:
             CURRENT_MESSAGE.reset(token)
         message.succeed(value)
+        return True
 
     def _run_sync(
         self,
@@ -245,18 +264,20 @@ class Mailbox:
         message: Message,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        finished: asyncio.Future[None],
+        finished: asyncio.Future[bool],
     ) -> None:
         token = CURRENT_MESSAGE.set(message)
+        ok = False
         try:
             value = host.invoke(message.endpoint, args, kwargs)
         except BaseException as error:
             message.fail(error)
         else:
             message.succeed(value)
+            ok = True
         finally:
             CURRENT_MESSAGE.reset(token)
-        self._loop.call_soon_threadsafe(_resolve, finished)
+        self._loop.call_soon_threadsafe(_resolve, finished, ok)
 
     def _thread_main(self) -> None:
         # Jobs run in a copy of the actor's context (current actor, rank): a Context can be
@@ -344,6 +365,6 @@ def _is_concurrent(host: Hosted, endpoint: str) -> bool:
         return False  # not an endpoint: the queue reports it in order
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
+def _resolve(future: asyncio.Future[bool], ok: bool) -> None:
     if not future.done():
-        future.set_result(None)
+        future.set_result(ok)

@@ -537,6 +537,8 @@ class CoreRuntime(Hosting):
             self._handle_cancel(conn, header)
         elif kind == env.INSPECT:
             self._handle_inspect(conn, header)
+        elif kind == env.OBSERVE:
+            self._handle_observe(conn, header)
         elif kind == env.REPLY_TO:
             self._handle_reply_to(conn, header)
         else:

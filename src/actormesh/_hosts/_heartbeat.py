@@ -14,6 +14,10 @@ perfectly healthy. Such calls of up to 15 s must not get a worker killed; 30 s l
 that. Programs that want faster detection of frozen workers set a smaller timeout (the
 fault tests use about a second).
 
+A worker stopped at a breakpoint is held (``hold``): a debugger prompt inside an
+``async`` endpoint blocks its event loop for as long as the person at it thinks, and that
+silence is no death. Its probes go on; only the verdict waits until it resumes.
+
 The monitor also guards against its own stalls: if the owner's loop could not run for a
 while (its process was stopped, or starved of the GIL), the silence was the owner's, and
 the workers get that time back instead of being blamed for it.
@@ -82,6 +86,7 @@ class HeartbeatMonitor:
         self._watched: dict[str, _Watched] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._last_tick = 0.0
+        self._held: dict[str, int] = {}  # path -> breakpoint sessions open in it
 
     def track(self, child: ChildProcess) -> None:
         """Start watching ``child`` (it has just joined)."""
@@ -102,6 +107,18 @@ class HeartbeatMonitor:
         if watched is not None:
             watched.last_answer = self._loop.time()
 
+    def hold(self, path: str, held: bool) -> None:
+        """A debugger session in the worker at ``path`` opened (``held``) or closed:
+        while one is open, its silence does not make it dead."""
+        count = self._held.get(path, 0) + (1 if held else -1)
+        if count > 0:
+            self._held[path] = count
+        else:
+            self._held.pop(path, None)
+        watched = self._watched.get(path)
+        if watched is not None:
+            watched.last_answer = self._loop.time()  # the silence starts counting now
+
     def close(self) -> None:
         """Stop probing."""
         if self._timer is not None:
@@ -119,6 +136,8 @@ class HeartbeatMonitor:
                 watched.last_answer += stalled
         for watched in list(self._watched.values()):
             child = watched.child
+            if child.listen_path in self._held:
+                watched.last_answer = now
             silent = now - watched.last_answer
             if silent > self.timeout and child.alive():
                 self.untrack(child)

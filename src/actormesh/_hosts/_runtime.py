@@ -37,6 +37,7 @@ from .._transport import (
     unix_part,
 )
 from ._agent_link import AgentLink, RelayConnection, RelayedProcess, WorkerSpec
+from ._debug_relay import DebugRelay
 from ._heartbeat import HeartbeatMonitor
 from ._joining import JoinWait
 from ._output import PipeForwarder
@@ -72,6 +73,9 @@ class Runtime(CoreRuntime):
         self.agents: dict[Connection, AgentLink] = {}
         self._agent_ids = itertools.count()
         self.frame_kinds[env.EVENT] = self._on_agent_event
+        # Breakpoints in workers: passed up to the owner (a controller puts its own
+        # debugger hub here, see actormesh._observe).
+        self.frame_kinds[env.DEBUG] = DebugRelay(self).on_frame
 
     # -- the core runtime's hooks ---------------------------------------------------------
 
@@ -414,6 +418,12 @@ class Runtime(CoreRuntime):
             kill_tagged("ACTORMESH_KEY", child.key)
         if not self._deferrals.active(path) and not self.owner_decides_restarts:
             child.release_address()  # no successor will listen there
+
+    def debugging(self, address: str, stopped: bool) -> None:
+        """A worker of ours at ``address`` stopped at a breakpoint, or went on (loop thread):
+        while stopped, missing heartbeats does not make it dead."""
+        if self._heartbeat is not None and address in self._children:
+            self._heartbeat.hold(address, stopped)
 
     def relaunching(self, path: str) -> bool:
         """True while the process at ``path`` is being restarted (any thread)."""
