@@ -1,4 +1,4 @@
-"""The ``actormesh`` command: processes that join a controller from other hosts.
+"""``actormesh host`` and ``actormesh worker``: processes that join a controller.
 
 - ``actormesh host --join HOST:PORT``: this host's agent. A cluster launcher runs one per
   node (``srun --ntasks-per-node=1 actormesh host --join head:29600``); the controller's
@@ -22,20 +22,19 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from ._config import Config
-from ._transport import AuthenticationError, connect_tcp, format_tcp, parse_tcp
+from .._config import Config
+from .._transport import AuthenticationError, connect_tcp, format_tcp, parse_tcp
 
-__all__ = ["main"]
+__all__ = ["add_commands", "run"]
 
 _RETRY_INTERVAL = 0.5
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="actormesh", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+def add_commands(commands: Any) -> None:
+    """Add ``worker`` and ``host`` to the ``actormesh`` command's subcommands."""
     worker = commands.add_parser(
         "worker",
         help="run a worker process that joins a controller",
@@ -76,7 +75,6 @@ def _parser() -> argparse.ArgumentParser:
         "--listen-host",
         help="interface to accept peers on (default: the one that reaches the controller)",
     )
-    return parser
 
 
 def _int_env(*names: str) -> int | None:
@@ -130,7 +128,7 @@ def _host(args: argparse.Namespace) -> int:
     reached = _reach_controller(args)
     if isinstance(reached, int):
         return reached
-    from ._hosts._agent import serve_agent
+    from .._hosts._agent import serve_agent
 
     key = f"agent-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     serve_agent(key, format_tcp(*reached), own_group=False)
@@ -145,8 +143,8 @@ def _worker(args: argparse.Namespace) -> int:
     hostname = socket.gethostname()
     key = f"join-{hostname}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     info = {"host": hostname, "rank": args.rank, "local_rank": args.local_rank}
-    from ._bootstrap import serve
-    from ._exceptions import ActorDiedError
+    from .._bootstrap import serve
+    from .._exceptions import ActorDiedError
 
     try:
         serve(key, format_tcp(host, port), info, own_group=False)
@@ -156,15 +154,6 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``actormesh`` command line; returns the exit status."""
-    args = _parser().parse_args(argv)
-    if args.command == "worker":
-        return _worker(args)
-    if args.command == "host":
-        return _host(args)
-    raise AssertionError(f"unknown command {args.command!r}")  # argparse refuses it first
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def run(args: argparse.Namespace) -> int:
+    """Run ``actormesh worker`` or ``actormesh host``; returns the exit status."""
+    return _worker(args) if args.command == "worker" else _host(args)

@@ -1,0 +1,92 @@
+"""The ``actormesh`` command.
+
+- ``actormesh host --join HOST:PORT`` and ``actormesh worker --join HOST:PORT``: processes
+  that join a controller from other hosts (``_join``);
+- ``actormesh jobs``: this user's running controllers;
+- ``actormesh top``: a live view of a job's meshes and ranks (``_top``);
+- ``actormesh stacks [--mesh M] [--rank R]``: every selected rank's Python stacks,
+  grouped where ranks share one (``_stacks``);
+- ``actormesh debug``: the ranks stopped at ``breakpoint()``, and a pdb prompt for each
+  (``_debug``).
+
+Jobs are found through the per-user registry (``actormesh._observe._registry``);
+``--job PID`` picks one when several run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from . import _join
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="actormesh", description="Run, watch and debug actormesh jobs."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    _join.add_commands(commands)
+    jobs = commands.add_parser("jobs", help="list this user's running jobs")
+    top = commands.add_parser(
+        "top",
+        help="live view of a running job",
+        description="A live view of a running job's meshes and ranks (q quits, ? helps).",
+    )
+    stacks = commands.add_parser(
+        "stacks",
+        help="Python stacks of a job's ranks",
+        description="Every selected rank's Python stacks, grouped where ranks share one.",
+    )
+    debug = commands.add_parser(
+        "debug",
+        help="attach to ranks stopped at breakpoint()",
+        description="List the ranks of a job stopped at breakpoint() and attach to each.",
+    )
+    for command in (jobs, top, stacks, debug):
+        command.add_argument(
+            "--job", metavar="PID", help="the job (its pid; default: the only one running)"
+        )
+    for command in (top, stacks, debug):
+        command.add_argument("--mesh", metavar="NAME", help="only the mesh of this name")
+    stacks.add_argument(
+        "--rank", type=int, action="append", metavar="R", help="only rank R (repeatable)"
+    )
+    debug.add_argument("--rank", type=int, metavar="R", help="attach to rank R when it stops")
+    top.add_argument(
+        "--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``actormesh`` command line; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if args.command in ("worker", "host"):
+        return _join.run(args)
+    from ._client import JobError
+
+    try:
+        if args.command == "jobs":
+            from ._stacks import jobs
+
+            return jobs(args)
+        if args.command == "stacks":
+            from ._stacks import stacks
+
+            return stacks(args)
+        if args.command == "debug":
+            from ._debug import debug
+
+            return debug(args)
+        if args.command == "top":
+            from ._top import top
+
+            return top(args)
+    except JobError as error:
+        print(f"actormesh {args.command}: {error}", file=sys.stderr)
+        return 1
+    raise AssertionError(f"unknown command {args.command!r}")  # argparse refuses it first

@@ -1,0 +1,60 @@
+"""A controller for the observability tests: ``python observe_job.py MODE [N]``.
+
+It spawns a ``trainer`` mesh of N ranks (default 4), prints ``READY <pid>`` and then:
+
+- ``serve``: calls ``step`` and ``ping`` in a loop until its stdin closes (for top);
+- ``stuck``: has rank N-1 hang in ``allreduce_forever`` until stdin closes (for stacks);
+- ``breakpoint``: calls ``inspect`` on every rank given in argv[3] (``0,2``), prints
+  their results, then ``DONE`` (for debug);
+- ``breakpoint_async``: the same with ``inspect_async``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from observe_actors import Trainer
+
+from actormesh import proc_mesh
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    size = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+    procs = proc_mesh(gpus=size).get()
+    trainers = procs.spawn("trainer", Trainer)
+    trainers.initialized.get()
+    print(f"READY {__import__('os').getpid()}", flush=True)
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    if mode == "serve":
+        with_errors = False
+        while not stop.is_set():
+            trainers.step.call().get()
+            trainers.ping.call().get()
+            if not with_errors:
+                try:
+                    trainers.slice(gpus=1).fail.call().get()
+                except ValueError:
+                    with_errors = True
+            time.sleep(0.05)
+    elif mode == "stuck":
+        pending = trainers.step.call(size - 1)
+        stop.wait()
+        del pending
+    elif mode.startswith("breakpoint"):
+        ranks = [int(r) for r in sys.argv[3].split(",")]
+        endpoint = "inspect_async" if mode == "breakpoint_async" else "inspect"
+        futures = [getattr(trainers.slice(gpus=r), endpoint).call_one() for r in ranks]
+        results = [f.get() for f in futures]
+        print("RESULTS", results, flush=True)
+        others = trainers.ping.call().get()
+        print("OTHERS", sorted(others.values()), flush=True)
+    procs.stop().get()
+    print("DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main()
