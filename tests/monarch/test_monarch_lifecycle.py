@@ -1,0 +1,128 @@
+"""Lifetimes: ``__cleanup__``, stopping meshes, ``get_or_spawn_controller``, process
+meshes started by actors, and the ``Actor`` base class, as in Monarch 0.7."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from actormesh.actor import (
+    Channel,
+    Port,
+    PortReceiver,
+    ProcMesh,
+    get_or_spawn_controller,
+    this_host,
+)
+
+if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
+    from tests.monarch.monarch_actors import Cleaner, Echo, Spawner, SyncCleaner
+else:
+    from monarch_actors import Cleaner, Echo, Spawner, SyncCleaner
+
+
+def _receive(
+    receiver: PortReceiver[tuple[str, int, str]], count: int, timeout: float
+) -> list[tuple[str, int, str]]:
+    """``count`` messages of ``receiver``, all within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    return [
+        receiver.recv().get(timeout=max(deadline - time.monotonic(), 0.0)) for _ in range(count)
+    ]
+
+
+def test_actor_mesh_stop_runs_cleanup_with_none(procs: ProcMesh) -> None:
+    port: Port[tuple[str, int, str]]
+    port, receiver = Channel.open()
+    classes: list[type[Cleaner | SyncCleaner]] = [Cleaner, SyncCleaner]
+    for cls in classes:
+        mesh = procs.spawn("cleaned", cls, port)
+        assert mesh.ping.call().get(timeout=30).values() == ["pong"] * 4
+        mesh.stop().get(timeout=30)
+        got = sorted(_receive(receiver, 4, timeout=30))
+        assert got == [("cleanup", rank, "None") for rank in range(4)], cls.__name__
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ProcMesh.stop() ends the processes without running the actors' __cleanup__",
+)
+@pytest.mark.timeout(60)
+def test_proc_mesh_stop_runs_cleanup_with_none() -> None:
+    port: Port[tuple[str, int, str]]
+    port, receiver = Channel.open()
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    try:
+        classes: list[type[Cleaner | SyncCleaner]] = [Cleaner, SyncCleaner]
+        for cls in classes:
+            mesh = procs.spawn(cls.__name__.lower(), cls, port)
+            assert mesh.ping.call().get(timeout=30).values() == ["pong"] * 2
+    finally:
+        assert procs.stop().get(timeout=30) is None
+    got = sorted(_receive(receiver, 4, timeout=2))
+    assert got == [("cleanup", rank, "None") for rank in (0, 0, 1, 1)]
+
+
+@pytest.mark.timeout(60)
+def test_proc_mesh_stop_ends_its_actors_and_may_be_repeated() -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    echo = procs.spawn("short_lived", Echo)
+    assert echo.ping.call().get(timeout=30).values() == ["pong"]
+    assert procs.stop().get(timeout=30) is None
+    assert procs.stop().get(timeout=30) is None
+    with pytest.raises(Exception):  # noqa: B017 - Monarch's SupervisionError is not exported
+        echo.ping.call().get(timeout=30)
+
+
+def test_get_or_spawn_controller_gives_the_same_actor_each_time() -> None:
+    # The controller actor lives as long as this process (Monarch cannot stop it).
+    first = get_or_spawn_controller("monarch_test_counter", Echo, "controller").get(timeout=30)
+    second = get_or_spawn_controller("monarch_test_counter", Echo, "other").get(timeout=30)
+    assert dict(first.extent) == {}
+    assert first.inc.call_one().get(timeout=30) == 1
+    assert second.inc.call_one().get(timeout=30) == 2
+    assert second.get_tag.call_one().get(timeout=30) == "controller"
+    # Spawned on this_proc(): in the controller's own process.
+    assert first.pid.call_one().get(timeout=30) == os.getpid()
+
+
+@pytest.mark.timeout(60)
+def test_an_actor_starts_processes_in_its_init() -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        spawner = procs.spawn("spawner", Spawner)
+        try:
+            assert spawner.child_tag.call_one().get(timeout=30) == "child"
+        finally:
+            spawner.stop_procs.call_one().get(timeout=30)
+    finally:
+        procs.stop().get(timeout=30)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HostMesh.spawn_procs() inside an async endpoint raises RuntimeError (it blocks "
+    "on the event loop that starts the processes); Monarch's returns at once",
+)
+@pytest.mark.timeout(60)
+def test_an_async_endpoint_starts_processes() -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        spawner = procs.spawn("spawner", Spawner)
+        try:
+            assert spawner.spawn_in_endpoint.call_one().get(timeout=30) == "late"
+        finally:
+            spawner.stop_procs.call_one().get(timeout=30)
+    finally:
+        procs.stop().get(timeout=30)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="Actor has no `logger` (Monarch: logging.getLogger(cls name))"
+)
+def test_an_actor_has_a_logger_named_after_its_class(procs: ProcMesh) -> None:
+    echo = procs.spawn("logged", Echo).slice(nodes=0, gpus=0)
+    assert echo.logger_name.call_one().get(timeout=30) == "Echo"

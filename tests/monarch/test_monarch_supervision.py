@@ -1,0 +1,222 @@
+"""Supervision: a process that dies, ``MeshFailure``, ``unhandled_fault_hook`` and
+``__supervise__``, as in Monarch 0.7.
+
+Monarch reports failures of its own system meshes too (a ``logger-...`` mesh per process
+mesh), so the tests look only at the failures of the meshes they spawned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import actormesh.actor
+from actormesh.actor import ActorError, MeshFailure, ProcMesh, this_host
+
+if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
+    from tests.monarch.monarch_actors import Echo, Parent, Victim
+    from tests.monarch.monarch_support import wait_until
+else:
+    from monarch_actors import Echo, Parent, Victim
+    from monarch_support import wait_until
+
+
+@dataclass
+class Crash:
+    """Rank 1 of a ``{gpus: 3}`` mesh of ``Victim`` exited with code 7 during a call."""
+
+    procs: ProcMesh
+    victims: Victim
+    pids: list[int]
+    error: BaseException
+    failures: list[MeshFailure]
+
+    def victim_failures(self) -> list[MeshFailure]:
+        return [f for f in self.failures if f.mesh_name.startswith("victim")]
+
+
+@pytest.fixture(scope="module")
+def crash() -> Iterator[Crash]:
+    failures: list[MeshFailure] = []
+    previous = actormesh.actor.unhandled_fault_hook
+    actormesh.actor.unhandled_fault_hook = failures.append  # type: ignore[assignment]
+    procs = this_host().spawn_procs(per_host={"gpus": 3})
+    try:
+        victims = procs.spawn("victim", Victim)
+        pids = victims.pid.call().get(timeout=30).values()
+        try:
+            victims.slice(gpus=1).die.call_one(7).get(timeout=60)
+        except Exception as error:
+            raised: BaseException = error
+        else:
+            raise AssertionError("the call to an actor whose process exited returned")
+        crashed = Crash(procs, victims, pids, raised, failures)
+        wait_until(lambda: bool(crashed.victim_failures()), 60, "the fault hook")
+        yield crashed
+    finally:
+        actormesh.actor.unhandled_fault_hook = previous
+        procs.stop().get(timeout=30)
+
+
+def test_a_call_whose_actor_process_dies_raises(crash: Crash) -> None:
+    assert isinstance(crash.error, Exception)
+    assert not isinstance(crash.error, ActorError)  # not an error the endpoint raised
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the error of a call to a dead actor is ActorDiedError, not a RuntimeError "
+    "(Monarch's SupervisionError subclasses RuntimeError)",
+)
+def test_the_error_of_a_dead_actor_is_a_runtime_error(crash: Crash) -> None:
+    assert isinstance(crash.error, RuntimeError)
+
+
+def test_the_fault_hook_gets_a_mesh_failure_of_the_dead_rank(crash: Crash) -> None:
+    [failure] = crash.victim_failures()
+    assert isinstance(failure, MeshFailure)
+    assert "code 7" in failure.report()
+    # Monarch's MeshFailure says which ranks crashed in its text only (no attribute).
+    assert "crashed_ranks=[1]" in str(failure)
+
+
+def test_calls_that_include_the_dead_rank_keep_failing(crash: Crash) -> None:
+    for _ in range(2):
+        with pytest.raises(Exception):  # noqa: B017 - Monarch's SupervisionError is not exported
+            crash.victims.pid.call().get(timeout=30)
+        with pytest.raises(Exception):  # noqa: B017
+            crash.victims.slice(gpus=1).pid.call_one().get(timeout=30)
+
+
+def test_slices_without_the_dead_rank_keep_working(crash: Crash) -> None:
+    for _ in range(2):
+        assert crash.victims.slice(gpus=0).pid.call_one().get(timeout=30) == crash.pids[0]
+        assert crash.victims.slice(gpus=2).pid.call().get(timeout=30).values() == [crash.pids[2]]
+        both = crash.victims.slice(gpus=slice(0, 3, 2)).pid.call().get(timeout=30)
+        assert both.values() == [crash.pids[0], crash.pids[2]]
+
+
+def test_a_live_slice_of_the_damaged_proc_mesh_spawns_new_actors(crash: Crash) -> None:
+    fresh = crash.procs.slice(gpus=0).spawn("fresh", Victim)
+    assert fresh.pid.call_one().get(timeout=30) == crash.pids[0]
+
+
+@contextlib.contextmanager
+def _parent(handles: bool) -> Iterator[Parent]:
+    """A ``Parent`` in a process of its own, with its two child processes stopped after."""
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        parent = procs.spawn("parent", Parent, handles)
+        try:
+            yield parent
+        finally:
+            with contextlib.suppress(Exception):  # in Monarch a failed parent stopped them
+                parent.stop_kids.call_one().get(timeout=30)
+    finally:
+        procs.stop().get(timeout=30)
+
+
+def _kill_kid(parent: Parent) -> tuple[list[int], float]:
+    pids = parent.kid_pids.call_one().get(timeout=30)
+    started = time.monotonic()
+    with contextlib.suppress(Exception):  # Monarch fails the call of an unhandled failure
+        assert parent.kill_kid.call_one(1, 3).get(timeout=60) != "no error"
+    return pids, started
+
+
+def _kid_failures(parent: Parent) -> list[dict[str, Any]]:
+    seen = parent.seen.call_one().get(timeout=30)
+    return [f for f in seen if f["mesh_name"].startswith("kids")]
+
+
+@pytest.mark.timeout(90)
+def test_supervise_on_the_owner_gets_the_failure_of_its_child(
+    fault_hook: list[MeshFailure],
+) -> None:
+    with _parent(handles=True) as parent:
+        pids, _ = _kill_kid(parent)
+        wait_until(lambda: bool(_kid_failures(parent)), 60, "__supervise__")
+        [failure] = _kid_failures(parent)
+        assert failure["is_mesh_failure"]
+        assert "crashed_ranks=[1]" in failure["text"]
+        assert "code 3" in failure["report"]
+        # Handled: the owner and the surviving child live on, the client hears nothing.
+        assert parent.kid_pid.call_one(0).get(timeout=30) == pids[0]
+        assert not [f for f in fault_hook if f.mesh_name.startswith(("parent", "kids"))]
+
+
+@pytest.mark.timeout(90)
+def test_a_failure_the_owner_does_not_handle_reaches_the_fault_hook(
+    fault_hook: list[MeshFailure],
+) -> None:
+    def parent_failures() -> list[MeshFailure]:
+        return [f for f in fault_hook if f.mesh_name.startswith("parent")]
+
+    with _parent(handles=False) as parent:
+        _kill_kid(parent)
+        wait_until(lambda: bool(parent_failures()), 60, "the fault hook")
+        assert all(isinstance(f, MeshFailure) for f in parent_failures())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="an owner whose __supervise__ returns False lives on; in Monarch it fails, and "
+    "calls to it raise",
+)
+@pytest.mark.timeout(90)
+def test_an_owner_that_does_not_handle_a_failure_fails(fault_hook: list[MeshFailure]) -> None:
+    with _parent(handles=False) as parent:
+        _kill_kid(parent)
+        wait_until(
+            lambda: any(f.mesh_name.startswith("parent") for f in fault_hook), 60, "the fault hook"
+        )
+        with pytest.raises(Exception):  # noqa: B017 - Monarch's SupervisionError is not exported
+            parent.kid_pid.call_one(0).get(timeout=30)
+
+
+@pytest.fixture
+def single() -> Iterator[ProcMesh]:
+    """A process of its own: Monarch spawns no more actors on a mesh that had a failure."""
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        yield procs
+    finally:
+        procs.stop().get(timeout=30)
+
+
+def _broadcast_failure(procs: ProcMesh, fault_hook: list[MeshFailure], name: str) -> Echo:
+    echo = procs.spawn(name, Echo)
+    assert echo.ping.call_one().get(timeout=30) == "pong"
+    echo.fail.broadcast("raised in broadcast")
+    wait_until(lambda: any(f.mesh_name.startswith(name) for f in fault_hook), 60, "the fault hook")
+    return echo
+
+
+@pytest.mark.timeout(90)
+def test_an_error_raised_in_a_broadcast_reaches_the_fault_hook(
+    single: ProcMesh, fault_hook: list[MeshFailure]
+) -> None:
+    _broadcast_failure(single, fault_hook, "broadcaster")
+    [failure] = [f for f in fault_hook if f.mesh_name.startswith("broadcaster")]
+    assert isinstance(failure, MeshFailure)
+    assert "raised in broadcast" in failure.report()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="an actor whose endpoint raised in a broadcast lives on; in Monarch it is "
+    "stopped, and later calls to it raise",
+)
+@pytest.mark.timeout(90)
+def test_an_actor_whose_broadcast_raised_is_stopped(
+    single: ProcMesh, fault_hook: list[MeshFailure]
+) -> None:
+    echo = _broadcast_failure(single, fault_hook, "broken")
+    for _ in range(2):
+        with pytest.raises(Exception):  # noqa: B017 - Monarch's SupervisionError is not exported
+            echo.ping.call_one().get(timeout=30)
