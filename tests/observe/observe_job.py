@@ -28,7 +28,8 @@ def main() -> None:
     trainers.initialized.get()
     print(f"READY {__import__('os').getpid()}", flush=True)
     stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    if mode in ("serve", "stuck"):  # the debugger's prompt reads stdin in the others
+        threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
     if mode == "serve":
         with_errors = False
         while not stop.is_set():

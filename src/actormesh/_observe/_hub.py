@@ -286,11 +286,12 @@ class _Console:
         sid = session["session"]
         with self._changed:
             self._events.clear()
+        # Said before attaching: attaching prints what pdb has printed so far.
+        _write(f"\nactormesh: {session['label']} stopped at {session['where']}\n")
         error = self._call(self.hub.attach, sid, self._sink, "the controller's terminal")
         if error:
             _write(f"actormesh: {error}\n")
             return
-        _write(f"\nactormesh: {session['label']} stopped at {session['where']}\n")
         while True:
             event = self._next(timeout=1.0)
             if event is None:
