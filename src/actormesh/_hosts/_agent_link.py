@@ -228,7 +228,12 @@ class AgentLink:
     def on_event(self, what: str, address: str, details: dict[str, Any]) -> None:
         """An ``EVENT`` from the agent (loop thread)."""
         if what == "output":
-            stream = getattr(sys, "stderr" if details.get("stream") == "stderr" else "stdout")
+            lines = self.runtime.output_lines
+            name = "stderr" if details.get("stream") == "stderr" else "stdout"
+            if lines is not None:
+                lines.feed((id(self), name), name, details["text"])
+                return
+            stream = getattr(sys, name)
             with contextlib.suppress(OSError, ValueError):
                 stream.write(details["text"])
                 stream.flush()

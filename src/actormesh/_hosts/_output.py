@@ -18,6 +18,7 @@ import io
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import IO, Any
 
 __all__ = ["CURRENT_PREFIX", "PipeForwarder", "PrefixStream", "install_prefix_streams"]
@@ -82,13 +83,23 @@ class PipeForwarder:
         pipe: the read end (a file object from ``Popen``); closed at EOF.
         stream_name: ``"stdout"`` or ``"stderr"``: looked up on ``sys`` at each write, so
             redirections made later by the program (or a test's capture) are honoured.
+        sink: where the text goes instead, as ``sink(stream_name, text)`` (the
+            controller's line aggregator, see ``_aggregate``); ``sink(stream_name, None)``
+            when the pipe ends.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, pipe: Any, stream_name: str) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        pipe: Any,
+        stream_name: str,
+        sink: Callable[[str, str | None], None] | None = None,
+    ) -> None:
         self._loop = loop
         self._pipe = pipe
         self._fd: int = pipe.fileno()
         self._stream_name = stream_name
+        self._sink = sink
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._done = False
 
@@ -108,7 +119,9 @@ class PipeForwarder:
             self.close()
             return
         text = self._decoder.decode(data)
-        if text:
+        if text and self._sink is not None:
+            self._sink(self._stream_name, text)
+        elif text:
             stream = getattr(sys, self._stream_name)
             try:
                 stream.write(text)
@@ -127,6 +140,8 @@ class PipeForwarder:
         if self._done:
             return
         self._done = True
+        if self._sink is not None:
+            self._sink(self._stream_name, None)
         with contextlib.suppress(ValueError, OSError, RuntimeError):
             self._loop.remove_reader(self._fd)
         with contextlib.suppress(OSError):

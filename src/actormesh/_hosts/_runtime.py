@@ -37,6 +37,7 @@ from .._transport import (
     unix_part,
 )
 from ._agent_link import AgentLink, RelayConnection, RelayedProcess, WorkerSpec
+from ._aggregate import LineAggregator
 from ._debug_relay import DebugRelay
 from ._heartbeat import HeartbeatMonitor
 from ._joining import JoinWait
@@ -73,6 +74,7 @@ class Runtime(CoreRuntime):
         self.agents: dict[Connection, AgentLink] = {}
         self._agent_ids = itertools.count()
         self.frame_kinds[env.EVENT] = self._on_agent_event
+        self._aggregator: LineAggregator | None = None
         # Breakpoints in workers: passed up to the owner (a controller puts its own
         # debugger hub here, see actormesh._observe).
         self.frame_kinds[env.DEBUG] = DebugRelay(self).on_frame
@@ -177,15 +179,41 @@ class Runtime(CoreRuntime):
         )
         self._children[path] = child
         if output == "prefix":
+            sink = self._output_sink(path)
             forwarders = [
-                PipeForwarder(self.loop, child.popen.stdout, "stdout"),
-                PipeForwarder(self.loop, child.popen.stderr, "stderr"),
+                PipeForwarder(self.loop, child.popen.stdout, "stdout", sink),
+                PipeForwarder(self.loop, child.popen.stderr, "stderr", sink),
             ]
             for forwarder in forwarders:
                 forwarder.start()
             self._forwarders[path] = forwarders
         child.watch(self.loop, self._child_exited)
         return child
+
+    @property
+    def output_lines(self) -> LineAggregator | None:
+        """The controller's merger of identical lines of large meshes (``_aggregate``);
+        ``None`` in other processes, or when ``Config.output_aggregate`` is 0."""
+        if self._aggregator is None and self._parent is None:
+            config = self.config
+            if config.output == "prefix" and config.output_aggregate > 0:
+                self._aggregator = LineAggregator(
+                    self.loop, above=config.output_aggregate, window=config.output_window
+                )
+        return self._aggregator
+
+    def _output_sink(self, source: str) -> Callable[[str, str | None], None] | None:
+        lines = self.output_lines
+        if lines is None:
+            return None
+
+        def sink(stream: str, text: str | None) -> None:
+            if text is None:
+                lines.end((source, stream))
+            else:
+                lines.feed((source, stream), stream, text)
+
+        return sink
 
     def _handle_hello(self, conn: Connection, header: tuple[Any, ...]) -> None:
         _, path, pid, key, info = header
@@ -495,6 +523,10 @@ class Runtime(CoreRuntime):
             child.signal_group(signal.SIGKILL)
             self._children.pop(child.listen_path, None)
             child.release_address()
+            for forwarder in self._forwarders.pop(child.listen_path, []):
+                forwarder.drain()
+        if self._aggregator is not None:
+            self._aggregator.flush()  # what the stopped processes said comes before "stopped"
 
     def children(self) -> list[ChildProcess]:
         """Worker processes started by this runtime that have not been stopped."""

@@ -78,4 +78,8 @@ def spawned(mesh: Any) -> None:
     """``mesh`` was just spawned by this process (any thread)."""
     found = observer()
     if found is not None:
-        found.meshes.track(mesh._ref)
+        ref = mesh._ref
+        found.meshes.track(ref)
+        lines = found.runtime.output_lines
+        if lines is not None:
+            lines.declare(ref.name, ref.labels, ref.sizes)
