@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from ._api._sharding import split_along as split_along
     from ._api._supervision import set_failure_hook as set_failure_hook
     from ._config import Config as Config
+    from ._core._debugger import debug as debug
     from ._exceptions import ActorDiedError as ActorDiedError
     from ._exceptions import ActorError as ActorError
     from ._exceptions import ActorInitError as ActorInitError
@@ -118,6 +119,7 @@ __all__ = [
     "current_actor_name",
     "current_rank",
     "current_size",
+    "debug",
     "endpoint",
     "get_or_spawn_controller",
     "host_mesh",
@@ -180,6 +182,7 @@ _WHERE: dict[str, str] = {
     "current_actor_name": "._api._context",
     "current_rank": "._api._context",
     "current_size": "._api._context",
+    "debug": "._core._debugger",
     "endpoint": "._api._endpoint",
     "get_or_spawn_controller": "._api._monarch",
     "host_mesh": "._api._host_mesh",

@@ -40,7 +40,7 @@ from .._transport._frames import PREFIX, encode_header, header_size, parse_lengt
 from . import _envelope as env
 from ._mailbox import CURRENT_MESSAGE
 
-__all__ = ["install", "paused", "set_trace"]
+__all__ = ["debug", "install", "paused", "set_trace"]
 
 # Actors stopped at a breakpoint in this process, by (mesh id, rank): what the answer to
 # an OBSERVE says of them (written by the stopped threads, read on the loop).
@@ -62,6 +62,15 @@ def install() -> None:
     if os.environ.get("PYTHONBREAKPOINT"):
         return
     sys.breakpointhook = _breakpointhook
+
+
+def debug() -> None:
+    """Stop here in a debugger: ``breakpoint()`` that works whatever ``PYTHONBREAKPOINT``
+    says. In an actor, the actor pauses and a pdb session opens in the controller's
+    terminal (or in ``actormesh debug`` from another one), naming its mesh and rank; the
+    rest of the mesh keeps running, and ``continue`` resumes it. Elsewhere, plain pdb.
+    """
+    set_trace(sys._getframe(1))
 
 
 def _breakpointhook(*args: Any, **kwargs: Any) -> None:
