@@ -107,8 +107,10 @@ class LineAggregator:
         rank_key = (stream, mesh, coords)
         after = self._last.get(rank_key, -1)
         candidates = self._open.setdefault((stream, mesh, text), [])
-        group = next((g for g in candidates if g.index > after), None)  # the oldest that fits
-        if group is None:
+        fits = next((g for g in candidates if g.index > after), None)  # the oldest that fits
+        if fits is not None:
+            group = fits
+        else:
             group = _Group(next(self._ids), stream, mesh, text, now + self._window)
             candidates.append(group)
             self._queue.append(group)

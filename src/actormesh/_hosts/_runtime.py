@@ -43,6 +43,7 @@ from ._heartbeat import HeartbeatMonitor
 from ._joining import JoinWait
 from ._output import PipeForwarder
 from ._process import ChildProcess, describe_exit, launch, launch_agent
+from ._progress import Progress
 from ._reaper import kill_tagged
 from ._remote import Joined, Joins, RemoteProcess
 
@@ -128,10 +129,15 @@ class Runtime(CoreRuntime):
         process started here is killed before the error propagates.
         """
         children: list[ChildProcess] = []
+        progress = Progress(
+            self.loop, f"spawning {len(specs)} processes", "joined", len(specs), self._progress()
+        )
         try:
             for key, rank, extra_env in specs:
                 children.append(self._launch(key, rank, extra_env))
             waits = [self._hello[c.listen_path] for c in children]
+            for waiter in waits:
+                waiter.add_done_callback(lambda _: progress.update(sum(w.done() for w in waits)))
             done, _ = await asyncio.wait(
                 waits, timeout=self.config.spawn_timeout, return_when=asyncio.FIRST_EXCEPTION
             )
@@ -148,9 +154,14 @@ class Runtime(CoreRuntime):
             await self.stop_processes(children, grace=0.0)
             raise
         finally:
+            progress.done()
             for child in children:
                 self._hello.pop(child.listen_path, None)
         return children
+
+    def _progress(self) -> str:
+        # Only the controller's terminal shows progress; its workers' stderr is no one's.
+        return self.config.progress if self._parent is None else "never"
 
     def _launch(
         self, key: str, rank: int, extra_env: dict[str, str], tcp: socket.socket | None = None
@@ -509,6 +520,10 @@ class Runtime(CoreRuntime):
             if conn is not None and child.alive():
                 with contextlib.suppress(TransportClosed):
                     conn.send([env.encode_header((env.SHUTDOWN,))])
+        progress = Progress(
+            self.loop, f"stopping {len(children)} processes", "exited", len(children),
+            self._progress(),
+        )  # fmt: skip
         for sig, wait in ((None, grace), (signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
             alive = [c for c in children if c.alive()]
             if not alive:
@@ -518,7 +533,10 @@ class Runtime(CoreRuntime):
                     child.signal_group(sig)
             deadline = self.loop.time() + wait
             while any(c.alive() for c in alive) and self.loop.time() < deadline:
+                progress.update(sum(not c.alive() for c in children))
                 await asyncio.sleep(0.01)
+        progress.update(sum(not c.alive() for c in children))
+        progress.done()
         for child in children:
             child.signal_group(signal.SIGKILL)
             self._children.pop(child.listen_path, None)
