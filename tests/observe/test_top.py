@@ -44,7 +44,8 @@ def test_top_shows_every_rank_with_its_numbers_in_80_columns(screen: Tmux) -> No
     err = header.index(" ERR")
     errors = {row.split()[1]: row[err : err + 4].strip() for row in rank_lines(text)}
     assert errors == {"0": "0", "1": "1", "2": "0", "3": "0"}
-    assert any("q Quit" in line and "? Help" in line for line in text.splitlines()[-3:])
+    footer = screen.wait_for(r"q Quit +\? Help").splitlines()
+    assert any("q Quit" in line for line in footer[-3:])  # the keys, at the bottom
 
 
 def test_top_keys_help_sort_filter_details_and_quit(screen: Tmux) -> None:
