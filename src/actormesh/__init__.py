@@ -62,10 +62,12 @@ if TYPE_CHECKING:
     from ._exceptions import ActorInitError as ActorInitError
     from ._exceptions import ActorMeshError as ActorMeshError
     from ._exceptions import CallTimeoutError as CallTimeoutError
+    from ._exceptions import DimensionError as DimensionError
     from ._exceptions import EndpointNotFoundError as EndpointNotFoundError
     from ._exceptions import MeshBusyError as MeshBusyError
     from ._exceptions import MeshStoppedError as MeshStoppedError
     from ._exceptions import MessageTooLargeError as MessageTooLargeError
+    from ._exceptions import NotAnEndpointError as NotAnEndpointError
     from ._exceptions import SerializationError as SerializationError
     from ._exceptions import SupervisionError as SupervisionError
     from ._shape import Extent as Extent
@@ -86,6 +88,7 @@ __all__ = [
     "Channel",
     "ChoosePolicy",
     "Config",
+    "DimensionError",
     "Dispatch",
     "Endpoint",
     "EndpointNotFoundError",
@@ -97,6 +100,7 @@ __all__ = [
     "MeshBusyError",
     "MeshStoppedError",
     "MessageTooLargeError",
+    "NotAnEndpointError",
     "Point",
     "Port",
     "PortReceiver",
@@ -149,6 +153,7 @@ _WHERE: dict[str, str] = {
     "Channel": "._api._ports",
     "ChoosePolicy": "._api._routing",
     "Config": "._config",
+    "DimensionError": "._exceptions",
     "Dispatch": "._api._sharding",
     "Endpoint": "._api._endpoint",
     "EndpointNotFoundError": "._exceptions",
@@ -160,6 +165,7 @@ _WHERE: dict[str, str] = {
     "MeshBusyError": "._exceptions",
     "MeshStoppedError": "._exceptions",
     "MessageTooLargeError": "._exceptions",
+    "NotAnEndpointError": "._exceptions",
     "Point": "._shape",
     "Port": "._api._ports",
     "PortReceiver": "._api._ports",

@@ -7,10 +7,17 @@ The tree::
     │                                   original exception's type (``except ValueError``
     │                                   works), with the remote traceback and who raised
     ├── ActorInitError                  an actor's ``__init__`` raised during spawn
-    ├── ActorDiedError                  the process hosting an actor died (Broken: not you)
-    ├── MeshStoppedError                the mesh was stopped (Closed: you stopped it)
+    ├── ActorDiedError                  the process hosting an actor died (Broken: not you;
+    │                                   also ``RuntimeError``, as Monarch's errors are)
+    ├── MeshStoppedError                the mesh was stopped (Closed: you stopped it; also
+    │                                   ``RuntimeError``)
     ├── CallTimeoutError                a wait ran out of time (also a ``TimeoutError``)
     ├── EndpointNotFoundError           the name is not an endpoint (also ``AttributeError``)
+    │   └── NotAnEndpointError          a method not marked ``@endpoint`` was called (also
+    │                                   ``RuntimeError``, what Monarch raises)
+    ├── DimensionError                  a dimension a shape does not have, or a missing one
+    │                                   (also ``ValueError``, ``KeyError`` and ``TypeError``:
+    │                                   what mappings, actormesh and Monarch raise)
     ├── SerializationError              an argument or result cannot be pickled (also
     │                                   ``TypeError``), naming the offending object
     ├── MessageTooLargeError            a message exceeds the configured limit (also
@@ -18,6 +25,7 @@ The tree::
     ├── MeshBusyError                   ``choose`` found every live actor at its
     │                                   ``max_in_flight`` and was told not to wait
     └── SupervisionError                a failure nobody handled reached the controller
+                                        (also ``RuntimeError``)
 
 Remote exceptions keep their type by building, on first use, a subclass of both
 ``ActorError`` and the original type. Every class here pickles: ``ActorError`` rebuilds its
@@ -35,10 +43,12 @@ __all__ = [
     "ActorInitError",
     "ActorMeshError",
     "CallTimeoutError",
+    "DimensionError",
     "EndpointNotFoundError",
     "MeshBusyError",
     "MeshStoppedError",
     "MessageTooLargeError",
+    "NotAnEndpointError",
     "SerializationError",
     "SupervisionError",
 ]
@@ -68,6 +78,9 @@ class ActorError(ActorMeshError):
     mesh: str
     point: dict[str, int]
     endpoint: str
+    _summary: str | None
+    # Sent on purpose with port.exception(e): callers raise the cause itself.
+    as_sent: bool = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ActorError:
         # BaseException.__new__ stores the positional args; keep them out so that the
@@ -77,6 +90,7 @@ class ActorError(ActorMeshError):
     def __init__(
         self,
         cause: BaseException | None,
+        message: str | None = None,
         *,
         cause_type: str = "",
         cause_message: str = "",
@@ -92,6 +106,7 @@ class ActorError(ActorMeshError):
         self.mesh = mesh
         self.point = dict(point or {})
         self.endpoint = endpoint
+        self._summary = message
         self.args = cause.args if cause is not None else (self.cause_message,)
         if cause is not None:
             self.__cause__ = cause
@@ -113,7 +128,13 @@ class ActorError(ActorMeshError):
         """``"Actor call <mesh>.<endpoint> failed."`` (as Monarch says it), unless the
         original exception has a ``message`` of its own: ``except ItsType`` reads that."""
         own = self.__dict__.get("message")
-        return own if own is not None else f"Actor call {self.mesh}.{self.endpoint} failed."
+        if own is not None:
+            return own
+        if self._summary is not None:
+            return self._summary
+        if self.endpoint:
+            return f"Actor call {self.mesh}.{self.endpoint} failed."
+        return "A remote actor call has failed."
 
     @property
     def exception_formatted(self) -> str:
@@ -157,6 +178,7 @@ class ActorError(ActorMeshError):
             "mesh": self.mesh,
             "point": self.point,
             "endpoint": self.endpoint,
+            "message": self._summary,
         }
 
 
@@ -168,7 +190,7 @@ class ActorInitError(ActorError):
         return f"__init__ of mesh '{self.mesh}' at {{{coords}}}"
 
 
-class ActorDiedError(ActorMeshError):
+class ActorDiedError(ActorMeshError, RuntimeError):
     """The process hosting an actor died, or the connection to it broke.
 
     Attributes:
@@ -195,7 +217,7 @@ class ActorDiedError(ActorMeshError):
         return (_rebuild_kw, (type(self), self.args, self.__dict__))
 
 
-class MeshStoppedError(ActorMeshError):
+class MeshStoppedError(ActorMeshError, RuntimeError):
     """The mesh was stopped: pending calls fail with this and new calls are refused."""
 
 
@@ -218,6 +240,23 @@ class EndpointNotFoundError(ActorMeshError, AttributeError):
     """The name is not an endpoint of the actor class (unknown, or not ``@endpoint``)."""
 
 
+class NotAnEndpointError(EndpointNotFoundError, RuntimeError):
+    """A method the actor class has, but not marked ``@endpoint``, was called."""
+
+
+class DimensionError(ActorMeshError, ValueError, KeyError, TypeError):
+    """A shape has no dimension of that name (or a dimension was left out).
+
+    One error for every way code written for a mapping, for actormesh or for Monarch
+    catches it: ``KeyError`` (a point is a mapping), ``ValueError`` (actormesh's error for
+    bad dimensions), ``TypeError`` (what Monarch's ``slice`` raises).
+    """
+
+    def __str__(self) -> str:
+        # KeyError would quote the message.
+        return str(self.args[0]) if self.args else ""
+
+
 class SerializationError(ActorMeshError, TypeError):
     """A value cannot be pickled; the message names the offending object."""
 
@@ -234,7 +273,7 @@ class MeshBusyError(ActorMeshError):
     """
 
 
-class SupervisionError(ActorMeshError):
+class SupervisionError(ActorMeshError, RuntimeError):
     """A failure of an owned mesh that no ``__supervise__`` hook handled.
 
     Attributes:
@@ -299,6 +338,8 @@ for _cls in (
     MeshStoppedError,
     CallTimeoutError,
     EndpointNotFoundError,
+    NotAnEndpointError,
+    DimensionError,
     SerializationError,
     MessageTooLargeError,
     MeshBusyError,

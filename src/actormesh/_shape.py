@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
+from ._exceptions import DimensionError
+
 __all__ = ["Extent", "Point", "Shape", "Shaped", "ValueMesh"]
 
 T = TypeVar("T")
@@ -176,6 +178,9 @@ class Point(Mapping[str, int]):
             if not 0 <= coord < size:
                 raise IndexError(f"coordinate {coord} is out of range for {label!r}={size}")
 
+    def _not_found(self, label: str) -> DimensionError:
+        return DimensionError(f"Dimension {label!r} not found (dimensions: {list(self.labels)})")
+
     @property
     def rank(self) -> int:
         """The flat row-major index of this point within its shape."""
@@ -188,7 +193,9 @@ class Point(Mapping[str, int]):
         try:
             return self.sizes[self.labels.index(label)]
         except ValueError:
-            raise KeyError(f"{self} has no dimension {label!r}") from None
+            raise DimensionError(
+                f"Dimension {label!r} not found (dimensions: {list(self.labels)})"
+            ) from None
 
     @property
     def extent(self) -> Extent:
@@ -199,7 +206,9 @@ class Point(Mapping[str, int]):
         try:
             return self.coords[self.labels.index(label)]
         except ValueError:
-            raise KeyError(label) from None
+            raise DimensionError(
+                f"Dimension {label!r} not found (dimensions: {list(self.labels)})"
+            ) from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.labels)
@@ -452,8 +461,8 @@ class Shape:
         unknown = [label for label in dims if label not in self.labels]
         if unknown:
             have = ", ".join(self.labels) if self.labels else "none"
-            raise ValueError(
-                f"shape {self} has no dimension {', '.join(map(repr, unknown))}; "
+            raise DimensionError(
+                f"shape {self} does not have dimension {', '.join(map(repr, unknown))}; "
                 f"its dimensions are: {have}"
             )
 
@@ -563,7 +572,7 @@ class ValueMesh(Generic[T]):
         self._shape._check_known(coords)
         missing = [label for label in self._shape.labels if label not in coords]
         if missing:
-            raise ValueError(f"item() of shape {self._shape} needs a coordinate for {missing}")
+            raise DimensionError(f"item() of shape {self._shape} needs a coordinate for {missing}")
         for label, coord in coords.items():
             if isinstance(coord, _builtin_slice | range):
                 raise TypeError(f"item() needs an int for {label!r}, not {coord!r}")
@@ -666,5 +675,5 @@ def _size_of(shape: Shape, dim: str | Sequence[str] | None) -> int:
     extent = shape.extent
     unknown = [label for label in labels if label not in extent]
     if unknown:
-        raise KeyError(f"{shape} does not have dimension {unknown[0]!r}")
+        raise DimensionError(f"{shape} does not have dimension {unknown[0]!r}")
     return math.prod(extent[label] for label in labels)

@@ -50,7 +50,7 @@ def test_an_unknown_endpoint_is_refused_naming_the_known_ones(workers: ActorMesh
 
 
 def test_a_method_not_marked_endpoint_is_refused(workers: ActorMesh[Worker]) -> None:
-    with pytest.raises(EndpointNotFoundError, match="not an endpoint"):
+    with pytest.raises(EndpointNotFoundError, match="not annotated as an endpoint"):
         workers.helper.call()
     still_serving(workers)
 

@@ -77,7 +77,7 @@ def test_slicing_2d_reaches_the_selected_actors() -> None:
     assert "flatten('rank'): shape {rank=4}, 4 actor(s)" in out
     assert "rename(dp='replica'): shape {replica=2, tp=2}, 4 actor(s)" in out
     assert "item(dp=0, tp=1): rank 1 at {'dp': 0, 'tp': 1}" in out
-    assert "workers.slice(pp=0) -> ValueError" in out
+    assert "workers.slice(pp=0) -> DimensionError" in out
     assert "workers[2, 0] -> IndexError" in out
 
 

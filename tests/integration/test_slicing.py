@@ -63,7 +63,7 @@ def test_slice_of_a_slice_keeps_the_point_the_actor_sees(echo: ActorMesh[Echo]) 
 @pytest.mark.parametrize(
     ("select", "error", "message"),
     [
-        (lambda m: m.slice(pp=0), ValueError, "no dimension 'pp'"),
+        (lambda m: m.slice(pp=0), ValueError, "does not have dimension 'pp'"),
         (lambda m: m.slice(dp=2), IndexError, "out of range for dimension 'dp' of size 2"),
         (lambda m: m.slice(tp=-3), IndexError, "out of range"),
         (lambda m: m.slice(tp=range(1, 3)), IndexError, "out of range"),
@@ -72,7 +72,7 @@ def test_slice_of_a_slice_keeps_the_point_the_actor_sees(echo: ActorMesh[Echo]) 
         (lambda m: m[2, 0], IndexError, "out of range"),
         (lambda m: m[0, 0, 0], IndexError, "too many indices"),
         (lambda m: m.split(dp={"a": 3}), ValueError, "cannot split"),
-        (lambda m: m.rename(zz="y"), ValueError, "no dimension 'zz'"),
+        (lambda m: m.rename(zz="y"), ValueError, "does not have dimension 'zz'"),
         (lambda m: m.rename(dp="tp"), ValueError, "tp"),
     ],
 )
@@ -86,5 +86,5 @@ def test_bad_selection_is_a_clear_error_at_the_call_site(
 def test_slices_of_the_process_mesh_slice_the_same_way(procs: ProcMesh) -> None:
     assert procs.slice(dp=0).shape.labels == ("tp",)
     assert procs[1, 1].size() == 1
-    with pytest.raises(ValueError, match="no dimension 'gpus'"):
+    with pytest.raises(ValueError, match="does not have dimension 'gpus'"):
         procs.slice(gpus=0)

@@ -98,11 +98,6 @@ def test_the_actor_instance_is_named_after_the_spawn(echo: Echo) -> None:
     assert names == ["echo"] * 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="actor_instance.class_name is the bare __qualname__ ('Echo'); Monarch gives "
-    "'<module>.<qualname>' ('monarch_actors.Echo')",
-)
 def test_the_actor_instance_class_name_is_module_qualified(echo: Echo) -> None:
     identity = echo.slice(nodes=0, gpus=0).identity.call_one().get(timeout=30)
     assert identity["class_name"] == "monarch_actors.Echo"
@@ -117,10 +112,6 @@ def test_each_actor_has_its_own_actor_id_and_name(echo: Echo) -> None:
     assert str(context().actor_instance.actor_id) not in ids
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Point lookups of a missing dimension raise KeyError; Monarch raises ValueError",
-)
 def test_a_missing_dimension_of_the_current_rank_raises_value_error() -> None:
     # In Monarch, current_rank()["gpus"] after slice(gpus=1) raises this error.
     with pytest.raises(ValueError, match="gpus"):

@@ -47,11 +47,6 @@ def test_an_explicit_response_port_answers_a_call_to_many_actors(engine: Engine)
     assert engine.slice(nodes=0, gpus=1).infer_now.call_one(4).get(timeout=30) == 400
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="port.exception(e) on an explicit response port reaches the caller as an "
-    "ActorError (a ValueError subclass); Monarch raises e itself",
-)
 def test_an_error_sent_to_an_explicit_response_port_is_raised_as_it_is(engine: Engine) -> None:
     with pytest.raises(ValueError, match="bad 4") as caught:
         engine.slice(nodes=0, gpus=0).reject.call_one("bad 4").get(timeout=30)

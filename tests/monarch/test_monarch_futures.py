@@ -47,11 +47,6 @@ def test_get_with_a_timeout_raises_timeout_error_and_the_call_goes_on(one: Echo)
     assert future.exception() is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Future.result() and .exception() take no timeout and raise on a pending future; "
-    "Monarch's wait like get(timeout)",
-)
 def test_result_and_exception_wait_for_a_pending_future(one: Echo) -> None:
     later: Any = one.sleep_then.call_one(0.2, "later")
     assert later.result(timeout=30) == "later"
@@ -73,7 +68,6 @@ def test_exception_gives_the_error_of_a_failed_call(one: Echo) -> None:
         future.result()
 
 
-@pytest.mark.xfail(strict=True, reason="a negative timeout times out instead of raising ValueError")
 def test_a_negative_timeout_is_refused(one: Echo) -> None:
     with pytest.raises(ValueError, match="invalid timeout"):
         one.ping.call_one().get(timeout=-1)
@@ -106,7 +100,6 @@ def test_futures_can_be_awaited_gathered_and_waited_for(echo: Echo, one: Echo) -
     assert result["timed_out"] is True
 
 
-@pytest.mark.xfail(strict=True, reason="Future has no as_asyncio()")
 def test_as_asyncio_gives_an_asyncio_future(one: Echo) -> None:
     async def main() -> str:
         future: Any = one.get_tag.call_one()
@@ -168,11 +161,6 @@ def test_a_failing_call_to_many_actors_raises_actor_error(echo: Echo) -> None:
     assert isinstance(caught.value.exception, ValueError)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ActorError(exception, message) is not Monarch's constructor (the message is "
-    "keyword-less there, default 'A remote actor call has failed.')",
-)
 def test_an_actor_error_can_be_built_from_an_exception() -> None:
     build: Any = ActorError
     cause = ValueError("x")

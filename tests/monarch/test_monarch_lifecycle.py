@@ -46,10 +46,6 @@ def test_actor_mesh_stop_runs_cleanup_with_none(procs: ProcMesh) -> None:
         assert got == [("cleanup", rank, "None") for rank in range(4)], cls.__name__
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ProcMesh.stop() ends the processes without running the actors' __cleanup__",
-)
 @pytest.mark.timeout(60)
 def test_proc_mesh_stop_runs_cleanup_with_none() -> None:
     port: Port[tuple[str, int, str]]
@@ -120,9 +116,6 @@ def test_an_async_endpoint_starts_processes() -> None:
         procs.stop().get(timeout=30)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="Actor has no `logger` (Monarch: logging.getLogger(cls name))"
-)
 def test_an_actor_has_a_logger_named_after_its_class(procs: ProcMesh) -> None:
     echo = procs.spawn("logged", Echo).slice(nodes=0, gpus=0)
     assert echo.logger_name.call_one().get(timeout=30) == "Echo"

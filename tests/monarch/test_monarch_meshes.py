@@ -66,15 +66,11 @@ def test_spawn_procs_gives_a_proc_mesh_with_the_per_host_dimensions(procs: ProcM
     assert dict(procs.slice(gpus=slice(0, 1)).extent) == {"nodes": 2, "gpus": 1}
 
 
-@pytest.mark.xfail(
-    strict=True, reason="ProcMesh has no `initialized` (Monarch: a Future resolving to True)"
-)
 def test_a_proc_mesh_is_initialized(procs: ProcMesh) -> None:
     mesh: Any = procs
     assert mesh.initialized.get(timeout=30) is True
 
 
-@pytest.mark.xfail(strict=True, reason="ProcMesh has no `host_mesh` property")
 def test_the_host_mesh_of_a_single_process(procs: ProcMesh) -> None:
     whole: Any = procs
     one: Any = procs.slice(nodes=0, gpus=1)
@@ -183,9 +179,6 @@ def test_arguments_are_checked_against_the_signature_at_the_call(echo: Echo) -> 
         echo.inc.call(1, 2, 3)  # type: ignore[call-arg]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="calling a plain method raises EndpointNotFoundError, not RuntimeError"
-)
 def test_calling_a_method_that_is_not_an_endpoint_raises_runtime_error(echo: Echo) -> None:
     with pytest.raises(RuntimeError, match="not annotated as an endpoint"):
         _ = echo.not_an_endpoint(1)

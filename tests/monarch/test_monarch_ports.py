@@ -206,11 +206,6 @@ def test_a_ranked_channel_gives_each_answer_with_its_rank(procs: ProcMesh) -> No
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a ranked receiver gives the sender's rank in the whole mesh; Monarch gives its "
-    "message rank, relative to the slice sent to",
-)
 def test_a_ranked_channel_ranks_answers_within_the_slice_sent_to(procs: ProcMesh) -> None:
     echo = procs.spawn("ranked_slice", Echo)
     port: Port[str]

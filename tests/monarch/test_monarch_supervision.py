@@ -68,11 +68,6 @@ def test_a_call_whose_actor_process_dies_raises(crash: Crash) -> None:
     assert not isinstance(crash.error, ActorError)  # not an error the endpoint raised
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the error of a call to a dead actor is ActorDiedError, not a RuntimeError "
-    "(Monarch's SupervisionError subclasses RuntimeError)",
-)
 def test_the_error_of_a_dead_actor_is_a_runtime_error(crash: Crash) -> None:
     assert isinstance(crash.error, RuntimeError)
 

@@ -67,10 +67,6 @@ def test_the_points_of_a_value_mesh_are_mappings_with_a_rank(ranks: ValueMesh[in
     assert point.size("gpus") == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Point lookups of a missing dimension raise KeyError; Monarch raises ValueError",
-)
 def test_a_missing_dimension_of_a_point_raises_value_error(ranks: ValueMesh[int]) -> None:
     point = next(iter(ranks.items()))[0]
     with pytest.raises(ValueError, match="zzz"):
@@ -112,9 +108,6 @@ def test_item_and_get_pick_one_value(ranks: ValueMesh[int]) -> None:
     assert ranks.slice(nodes=1, gpus=1).item() == 3
 
 
-@pytest.mark.xfail(
-    strict=True, reason="item() with a dimension missing or unknown raises ValueError, not KeyError"
-)
 def test_item_needs_exactly_the_dimensions_of_the_mesh(ranks: ValueMesh[int]) -> None:
     with pytest.raises(KeyError):
         ranks.item(nodes=0)
@@ -167,9 +160,6 @@ def test_the_size_of_an_unknown_dimension_raises_key_error(
         procs.size("nope")
 
 
-@pytest.mark.xfail(
-    strict=True, reason="slicing by an unknown dimension raises ValueError, not TypeError"
-)
 @pytest.mark.parametrize("what", ["value_mesh", "actor_mesh", "proc_mesh", "this_host"])
 def test_slicing_an_unknown_dimension_raises_type_error(
     what: str, ranks: ValueMesh[int], echo: Echo, procs: ProcMesh

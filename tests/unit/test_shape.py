@@ -286,7 +286,9 @@ def test_index_positional_forms() -> None:
 
 def test_unknown_dimension_names_it_and_lists_the_shape() -> None:
     shape = Shape.of({"dp": 2, "tp": 2})
-    with pytest.raises(ValueError, match=r"no dimension 'gpus'; its dimensions are: dp, tp"):
+    with pytest.raises(
+        ValueError, match=r"does not have dimension 'gpus'; its dimensions are: dp, tp"
+    ):
         shape.slice(gpus=0)
     with pytest.raises(ValueError, match="'gpus'"):
         shape.rename(gpus="x")
@@ -403,7 +405,7 @@ def test_value_mesh_errors() -> None:
     mesh = ValueMesh(Shape.of({"dp": 2, "tp": 2}), [0, 1, 2, 3])
     with pytest.raises(ValueError, match=r"needs a coordinate for \['tp'\]"):
         mesh.item(dp=0)
-    with pytest.raises(ValueError, match="no dimension 'gpus'"):
+    with pytest.raises(ValueError, match="does not have dimension 'gpus'"):
         mesh.item(dp=0, tp=0, gpus=0)
     with pytest.raises(IndexError, match="index 2 is out of range for dimension 'dp' of size 2"):
         mesh.item(dp=2, tp=0)

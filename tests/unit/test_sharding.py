@@ -119,7 +119,7 @@ def test_pad_with_fewer_items_than_shards_leaves_trailing_shards_empty() -> None
 
 
 def test_split_along_an_unknown_dimension_lists_the_dimensions() -> None:
-    with pytest.raises(ValueError, match=r"no dimension 'pp'.*'dp', 'tp'"):
+    with pytest.raises(ValueError, match=r"does not have dimension 'pp'.*'dp', 'tp'"):
         split_along("pp").split(DP2_TP2, ([1, 2],), {})
 
 

@@ -96,6 +96,15 @@ class Actor:
                 "keeps its own state in such attributes, so they cannot be reached; rename them"
             )
 
+    @property
+    def logger(self) -> logging.Logger:
+        """A logger named after the actor's class, at DEBUG (Monarch's ``Actor.logger``);
+        what it writes reaches the controller as the actor's other output does."""
+        logger = logging.getLogger(type(self).__name__)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.DEBUG)
+        return logger
+
     if TYPE_CHECKING:
         # How a *mesh* of this actor looks to a type checker: spawn() returns the class
         # type so endpoints type-check (mesh.step.call_one(x) -> Future[R]), and these are

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._core import dumps_arguments, loads
-from .._core._envelope import CALL, CANCEL, error_from_payload
+from .._core._envelope import CALL, CANCEL, raised_error
 from .._core._limits import check_message_size
 from .._exceptions import ActorDiedError, ActorError, CallTimeoutError, MeshStoppedError
 from .._hosts import Runtime
@@ -186,7 +186,7 @@ class _Request:
             else:
                 self._value(rank, value)
         else:
-            self._error(rank, error_from_payload(parts[0]))
+            self._error(rank, raised_error(parts[0]))
         if not self.outstanding:
             self._complete()
             return True

@@ -87,7 +87,7 @@ class Instance:
     Attributes:
         rank: its place in its whole mesh.
         name: its mesh's name (``"root"`` in the controller).
-        class_name: its class' qualified name (``None`` in the controller).
+        class_name: its class' module and qualified name (``None`` in the controller).
         actor_id: a name unique in the job.
         proc_id: the name of its process.
     """

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from .._core import EndpointKind
-from .._exceptions import EndpointNotFoundError
+from .._exceptions import NotAnEndpointError
 from ._signature import Arity
 
 if TYPE_CHECKING:
@@ -290,7 +290,8 @@ def concurrent_endpoint(
 class NotAnEndpoint:
     """A plain method of an actor class, reached through a mesh (``mesh.helper``).
 
-    Calling it, or any adverb of it, raises ``EndpointNotFoundError``;
+    Calling it, or any adverb of it, raises ``NotAnEndpointError`` (an
+    ``EndpointNotFoundError`` and a ``RuntimeError``, as Monarch raises);
     ``as_endpoint(mesh.helper)`` makes an endpoint of it.
     """
 
@@ -298,11 +299,11 @@ class NotAnEndpoint:
         self.mesh = mesh
         self.name = name
 
-    def _refuse(self) -> EndpointNotFoundError:
+    def _refuse(self) -> NotAnEndpointError:
         class_name = self.mesh._ref.class_name
-        return EndpointNotFoundError(
-            f"'{self.name}' is a method of {class_name} but not an endpoint; mark it with "
-            f"@endpoint, or wrap it: as_endpoint(mesh.{self.name}).call(...)"
+        return NotAnEndpointError(
+            f"'{self.name}' is a method of {class_name} but not annotated as an endpoint; "
+            f"mark it with @endpoint, or wrap it: as_endpoint(mesh.{self.name}).call(...)"
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

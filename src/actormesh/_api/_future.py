@@ -87,19 +87,51 @@ class Future(Generic[R]):
         """True once a value or an error is set."""
         return self._state != _PENDING
 
-    def result(self) -> R:
-        """The value now; raises the error, or ``RuntimeError`` if not done yet."""
+    def result(self, timeout: float | None = None) -> R:
+        """``get(timeout)``: wait for the value (or raise the error), as
+        ``concurrent.futures`` and Monarch's futures do."""
+        return self.get(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Wait (as ``get``), then the error if the call failed, else ``None``.
+
+        Raises:
+            CallTimeoutError: not done within ``timeout`` seconds.
+        """
+        if self._state == _PENDING:
+            try:
+                self.get(timeout)
+            except CallTimeoutError:
+                if self._state == _PENDING:
+                    raise
+            except BaseException:
+                pass  # the error is what this returns, below
+        return self._value if self._state == _FAILED else None
+
+    def as_asyncio(self) -> asyncio.Future[R]:
+        """An ``asyncio.Future`` of the running loop that completes with this one."""
+        loop = asyncio.get_running_loop()
+        mirror: asyncio.Future[R] = loop.create_future()
+
+        def settle(done: Future[R]) -> None:
+            if mirror.done():
+                return
+            if done._state == _DONE:
+                mirror.set_result(done._value)
+            else:
+                mirror.set_exception(done._value)
+
+        def relay(done: Future[R]) -> None:
+            loop.call_soon_threadsafe(settle, done)
+
+        self.add_done_callback(relay)
+        return mirror
+
+    def _value_now(self) -> R:
+        """The value of a done future (or its error raised)."""
         if self._state == _DONE:
             return self._value  # type: ignore[no-any-return]
-        if self._state == _FAILED:
-            raise self._value
-        raise RuntimeError("the future is not done yet; use get() or await it")
-
-    def exception(self) -> BaseException | None:
-        """The error if it failed, else ``None`` (``RuntimeError`` if not done)."""
-        if self._state == _PENDING:
-            raise RuntimeError("the future is not done yet")
-        return self._value if self._state == _FAILED else None
+        raise self._value
 
     def add_done_callback(self, fn: Callable[[Future[R]], None]) -> None:
         """Call ``fn(self)`` when done (at once if already done), on the resolving thread."""
@@ -124,6 +156,8 @@ class Future(Generic[R]):
             RuntimeError: called on the runtime's event-loop thread (inside an async
                 endpoint, say), where blocking would deadlock: use ``await`` there.
         """
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"invalid timeout {timeout!r}: it must be >= 0, or None to wait")
         if self._state == _PENDING:
             if self._loop_thread is not None and self._loop_thread():
                 raise RuntimeError(
@@ -137,14 +171,14 @@ class Future(Generic[R]):
                     route.pump(self.done, timeout)
                     if self._state == _PENDING:
                         raise self._timed_out(timeout)
-                    return self.result()
+                    return self._value_now()
             waiter = threading.Lock()
             waiter.acquire()
             self.add_done_callback(lambda _: waiter.release())
             ready = waiter.acquire(timeout=-1 if timeout is None else max(timeout, 0))
             if not ready and self._state == _PENDING:
                 raise self._timed_out(timeout)
-        return self.result()
+        return self._value_now()
 
     def _timed_out(self, timeout: float | None) -> CallTimeoutError:
         """The error of a wait that ran out (the call itself goes on)."""
@@ -208,7 +242,7 @@ class Future(Generic[R]):
             except asyncio.CancelledError:
                 self.cancel()
                 raise
-        return self.result()
+        return self._value_now()
 
     def __repr__(self) -> str:
         state = {_PENDING: "pending", _DONE: "done", _FAILED: "failed"}[self._state]

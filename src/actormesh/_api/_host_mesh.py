@@ -124,7 +124,9 @@ class HostMesh(Shaped):
 
         async def build() -> ProcMesh:
             children = await start
-            return managed(runtime, label, children, LocalAllocator(), shape, policy)
+            procs = managed(runtime, label, children, LocalAllocator(), shape, policy)
+            procs._processes.hosts = (self, math.prod(per_host.values()))
+            return procs
 
         wait = runtime.config.spawn_timeout * 2 + 30  # the launch itself times out first
         procs = runtime.submit(build()).result(wait)

@@ -108,7 +108,8 @@ class Port(Generic[R]):
 
     def exception(self, error: BaseException) -> None:
         """Make the receiver's ``recv()`` raise ``error`` (as it is)."""
-        self._deliver(False, [error_payload(error, mesh="", point={}, endpoint="port")])
+        payload = error_payload(error, mesh="", point={}, endpoint="port", as_sent=True)
+        self._deliver(False, [payload])
 
     def _deliver(self, ok: bool, parts: list[Any]) -> None:
         runtime = Runtime.get()
@@ -204,7 +205,7 @@ class ExplicitPort(Port[R]):
         self._delivery.answer(value)
 
     def exception(self, error: BaseException) -> None:
-        self._delivery.fail(error)
+        self._delivery.fail(error, as_sent=True)
 
     def __reduce__(self) -> tuple[Any, ...]:
         raise TypeError(

@@ -8,6 +8,7 @@ stops its processes (and so every actor in them).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -19,16 +20,16 @@ from typing import Any, TypeVar
 from .. import _observe
 from .._core import dumps
 from .._core._envelope import SPAWN, STOP_MESH
-from .._exceptions import MeshStoppedError
+from .._exceptions import ActorDiedError, MeshStoppedError
 from .._hosts import ChildProcess, Runtime
 from .._hosts._remote import Status
 from .._shape import Point, Shape, Shaped, ValueMesh
 from . import _restart, _supervision
 from ._actor import Actor, SpawnSpec, endpoint_table
-from ._actor_mesh import ActorMesh, MeshRef
+from ._actor_mesh import ActorMesh, MeshRef, _StopRequest
 from ._adverbs import _Gather
 from ._allocator import Allocator, LocalAllocator, ProcessSpec
-from ._future import Future
+from ._future import Future, resolved
 from ._mesh_state import all_states
 
 __all__ = ["ProcMesh", "managed", "own_process", "proc_mesh", "process_specs"]
@@ -48,6 +49,8 @@ class _Processes:
         self.stopped = False
         self.meshes: list[str] = []
         self.restarter: _restart.Restarter | None = None
+        # The host mesh it was spawned on and the processes per host (spawn_procs).
+        self.hosts: tuple[Any, int] | None = None
 
 
 class ProcMesh(Shaped):
@@ -96,7 +99,7 @@ class ProcMesh(Shaped):
         ref = MeshRef(
             mesh_id=f"{name}-{uuid.uuid4().hex[:12]}",
             name=name,
-            class_name=actor_class.__qualname__,
+            class_name=f"{actor_class.__module__}.{actor_class.__qualname__}",
             endpoints=endpoint_table(actor_class),
             labels=labels,
             sizes=sizes,
@@ -130,8 +133,38 @@ class ProcMesh(Shaped):
             if state.mesh_id in processes.meshes:
                 state.stopped = True
         grace = runtime.config.stop_grace
-        stopping = processes.allocator.stop(runtime, processes.children, grace)
-        return _from_concurrent(runtime, runtime.submit(stopping))
+
+        async def stopping() -> None:
+            # The actors first, so each one's __cleanup__ runs, then the processes.
+            await _stop_actors(runtime, processes, grace)
+            await processes.allocator.stop(runtime, processes.children, grace)
+
+        return _from_concurrent(runtime, runtime.submit(stopping()))
+
+    @property
+    def initialized(self) -> Future[bool]:
+        """A future of ``True``: the processes are up (``spawn_procs`` returned once they
+        were), as Monarch's ``ProcMesh.initialized`` resolves."""
+        return resolved(True)
+
+    @property
+    def host_mesh(self) -> Any:
+        """The host of a one-process mesh (Monarch's ``proc_mesh.host_mesh``).
+
+        Raises:
+            NotImplementedError: the mesh has more than one process, as in Monarch.
+        """
+        if len(self._shape) != 1:
+            raise NotImplementedError("host_mesh of a mesh of several processes")
+        hosts = self._processes.hosts
+        if hosts is None:
+            from ._host_mesh import this_host
+
+            return this_host()
+        host_mesh, per_host = hosts
+        process = self._shape.ranks[0] // self._per_process
+        host_rank = host_mesh._shape.ranks[process // per_host]
+        return host_mesh._with_shape(Shape((), (), (host_rank,)))
 
     async def __aenter__(self) -> ProcMesh:
         return self
@@ -147,6 +180,33 @@ class ProcMesh(Shaped):
 
     def __repr__(self) -> str:
         return f"<ProcMesh '{self._processes.name}' {self._shape}>"
+
+
+async def _stop_actors(runtime: Runtime, processes: _Processes, grace: float) -> None:
+    """Stop every actor mesh spawned on ``processes`` (running each actor's
+    ``__cleanup__``), waiting at most ``grace`` seconds for the processes to confirm."""
+    if not processes.meshes:
+        return
+    future: Future[None] = Future(runtime.in_loop_thread)
+    paths = [child.listen_path for child in processes.children]
+    request = _StopRequest(future, len(paths) * len(processes.meshes))
+    req_id = runtime.register(request)
+    for path in paths:
+        try:
+            conn = runtime.connection(path)
+        except ActorDiedError:
+            for _ in processes.meshes:
+                request.count()
+            continue
+        request.conns.append(conn)
+        for mesh_id in processes.meshes:
+            runtime.send(conn, (STOP_MESH, req_id, mesh_id), [])
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_awaited(future), grace)
+
+
+async def _awaited(future: Future[None]) -> None:
+    await future
 
 
 class _Spawn(_Gather):

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from actormesh._exceptions import DimensionError
 from actormesh._shape import Shape, ValueMesh
 
 __all__ = [
@@ -48,7 +49,9 @@ def _resolve_dim(shape: Shape, dim: str | None) -> str:
             )
         return shape.labels[0]
     if dim not in shape.labels:
-        raise ValueError(f"shape {shape} has no dimension {dim!r}; its dimensions are: {dims}")
+        raise DimensionError(
+            f"shape {shape} does not have dimension {dim!r}; its dimensions are: {dims}"
+        )
     return dim
 
 

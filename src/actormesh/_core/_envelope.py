@@ -84,6 +84,7 @@ __all__ = [
     "encode_header",
     "error_from_payload",
     "error_payload",
+    "raised_error",
 ]
 
 HELLO, SPAWN, CALL, REPLY, FAILURE, STOP_MESH, CANCEL, SHUTDOWN = range(1, 9)
@@ -139,9 +140,18 @@ def decode_header(data: Any) -> tuple[Any, ...]:
 
 
 def error_payload(
-    error: BaseException, *, mesh: str, point: dict[str, int], endpoint: str, init: bool = False
+    error: BaseException,
+    *,
+    mesh: str,
+    point: dict[str, int],
+    endpoint: str,
+    init: bool = False,
+    as_sent: bool = False,
 ) -> bytes:
     """Describe an exception raised in an actor so the caller can rebuild it.
+
+    ``as_sent``: the error was sent on purpose (``port.exception(e)``): the caller raises
+    the exception itself, not an ``ActorError`` around it.
 
     The exception object travels as a nested pickle, so a type the caller cannot import
     still leaves the type name, message and traceback readable. It is pickled like call
@@ -167,6 +177,7 @@ def error_payload(
         "point": point,
         "endpoint": endpoint,
         "init": init,
+        "as_sent": as_sent,
     }
     return pickle.dumps(record, 5)
 
@@ -182,7 +193,7 @@ def error_from_payload(data: Any) -> ActorError:
         except Exception as error:
             message += f" [the exception could not be unpickled here: {error!r}]"
     base = ActorInitError if record["init"] else ActorError
-    return base.wrap(
+    rebuilt = base.wrap(
         cause,
         cause_type=record["type"],
         cause_message=message,
@@ -191,3 +202,14 @@ def error_from_payload(data: Any) -> ActorError:
         point=record["point"],
         endpoint=record["endpoint"],
     )
+    rebuilt.as_sent = bool(record.get("as_sent"))
+    return rebuilt
+
+
+def raised_error(data: Any) -> BaseException:
+    """What a caller raises for ``error_payload``'s bytes: the exception itself when it was
+    sent on purpose (``as_sent``) and could be rebuilt here, else its ``ActorError``."""
+    error = error_from_payload(data)
+    if error.as_sent and error.cause is not None:
+        return error.cause
+    return error

@@ -130,13 +130,14 @@ class _Delivery:
             return
         self._answer(True, [payload, *buffers])
 
-    def fail(self, error: BaseException) -> None:
-        """Send ``error`` as the answer (once; any thread)."""
+    def fail(self, error: BaseException, as_sent: bool = False) -> None:
+        """Send ``error`` as the answer (once; any thread); ``as_sent``: the caller raises
+        ``error`` itself (``port.exception(e)``), not an ``ActorError`` around it."""
         if self.answered:
             return
         self.answered = True
         payload = env.error_payload(
-            error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint
+            error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint, as_sent=as_sent
         )
         if self.req_id == 0 and self.port is None:
             header = env.encode_header((env.FAILURE, self.mesh_id, self.rank, self.endpoint))
@@ -145,11 +146,21 @@ class _Delivery:
             return
         self._answer(False, [payload])
 
+    def _message_rank(self) -> int:
+        """The actor's rank in the slice the call was made on (what a ranked port
+        receiver reports, as Monarch's does)."""
+        if self.view is None:
+            return self.rank
+        try:
+            return list(self.view[2]).index(self.rank)
+        except ValueError:
+            return self.rank
+
     def _answer(self, ok: bool, parts: list[Any]) -> None:
         port = self.port
         if port is not None:
             address, port_id = port
-            header = env.encode_header((env.REPLY, port_id, self.rank, ok))
+            header = env.encode_header((env.REPLY, port_id, self._message_rank(), ok))
             connect = _Delivery.connect
             with contextlib.suppress(TransportClosed, OSError, ActorDiedError):
                 assert connect is not None
