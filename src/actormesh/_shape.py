@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import operator
-import reprlib
+import pprint
+import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -148,12 +149,14 @@ class Extent(Mapping[str, int]):
         return (Extent, (self._labels, self._sizes))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False, repr=False)
 class Point(Mapping[str, int]):
     """Coordinates of one point of a shape.
 
     A point is a mapping from label to index, so ``mesh.slice(**point)`` and ``f(**point)``
-    work. Two points are equal when their labels, sizes and coordinates are.
+    work. Two points are equal when their labels, sizes and coordinates are. Build one
+    from ``(labels, sizes, coords)``, or as Monarch does from a flat rank in an extent:
+    ``Point(4, Extent(["hosts", "gpus"], [2, 3]))``.
 
     Attributes:
         labels: The dimension names of the shape the point belongs to.
@@ -165,10 +168,24 @@ class Point(Mapping[str, int]):
     sizes: tuple[int, ...]
     coords: tuple[int, ...]
 
+    def __init__(self, labels: Any, sizes: Any, coords: Any = None) -> None:
+        if coords is None and isinstance(labels, int) and isinstance(sizes, Extent):
+            rank, extent = labels, sizes
+            labels, sizes = tuple(extent.labels), tuple(extent.sizes)
+            if not 0 <= rank < math.prod(sizes):
+                raise IndexError(f"rank {rank} is out of range for extent {extent}")
+            coords = tuple(rank // stride % size for stride, size in zip(_strides(sizes), sizes))
+        elif coords is None:
+            raise TypeError("Point takes (labels, sizes, coords), or (rank, extent)")
+        object.__setattr__(self, "labels", tuple(labels))
+        object.__setattr__(self, "sizes", tuple(sizes))
+        object.__setattr__(self, "coords", tuple(coords))
+        self.__post_init__()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Point, (self.labels, self.sizes, self.coords))
+
     def __post_init__(self) -> None:
-        object.__setattr__(self, "labels", tuple(self.labels))
-        object.__setattr__(self, "sizes", tuple(self.sizes))
-        object.__setattr__(self, "coords", tuple(self.coords))
         if not len(self.labels) == len(self.sizes) == len(self.coords):
             raise ValueError(
                 f"labels, sizes and coords must have one entry per dimension, got "
@@ -226,6 +243,11 @@ class Point(Mapping[str, int]):
 
     def __str__(self) -> str:
         return _describe(self.labels, self.coords)
+
+    def __repr__(self) -> str:
+        # Monarch's form: each coordinate over its dimension's size.
+        parts = (f"{label!r}: {c}/{n}" for label, c, n in zip(self.labels, self.coords, self.sizes))
+        return "{" + ", ".join(parts) + "}"
 
 
 @dataclass(frozen=True)
@@ -611,7 +633,9 @@ class ValueMesh(Generic[T]):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"ValueMesh({self._shape}, {reprlib.repr(list(self._values))})"
+        # Monarch's layout: the extent, then every (point, value) pair, one per line.
+        pairs = pprint.pformat(tuple(self.items()), width=88)
+        return f"ValueMesh({self.extent!r}):\n" + textwrap.indent(pairs, "  ")
 
 
 class Shaped:

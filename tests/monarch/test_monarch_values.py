@@ -39,10 +39,6 @@ def test_an_extent_maps_labels_to_sizes() -> None:
     assert extent != Extent(["hosts", "gpus"], [2, 4])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Point is built from (labels, sizes, coords); Monarch's is Point(rank, extent)",
-)
 def test_a_point_is_a_rank_in_an_extent() -> None:
     extent = Extent(["hosts", "gpus"], [2, 3])
     build: Any = Point

@@ -397,7 +397,13 @@ def test_value_mesh_indexing() -> None:
         ("{dp=1, tp=0}", "c"),
         ("{dp=1, tp=1}", "d"),
     ]
-    assert repr(mesh) == "ValueMesh({dp=2, tp=2}, ['a', 'b', 'c', 'd'])"
+    assert repr(mesh) == (
+        "ValueMesh({dp: 2, tp: 2}):\n"
+        "  (({'dp': 0/2, 'tp': 0/2}, 'a'),\n"
+        "   ({'dp': 0/2, 'tp': 1/2}, 'b'),\n"
+        "   ({'dp': 1/2, 'tp': 0/2}, 'c'),\n"
+        "   ({'dp': 1/2, 'tp': 1/2}, 'd'))"
+    )
     assert ValueMesh(Shape.of(()), [7]).item() == 7
 
 

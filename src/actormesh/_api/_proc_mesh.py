@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
+import logging
 import math
 import os
+import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future as ConcurrentFuture
@@ -23,6 +26,7 @@ from .._core._envelope import SPAWN, STOP_MESH
 from .._exceptions import ActorDiedError, MeshStoppedError
 from .._hosts import ChildProcess, Runtime
 from .._hosts._remote import Status
+from .._hosts._setup import ProcessSetup, prepare
 from .._shape import Point, Shape, Shaped, ValueMesh
 from . import _restart, _supervision
 from ._actor import Actor, SpawnSpec, endpoint_table
@@ -141,6 +145,32 @@ class ProcMesh(Shaped):
 
         return _from_concurrent(runtime, runtime.submit(stopping()))
 
+    async def logging_option(
+        self,
+        stream_to_client: bool = True,
+        aggregate_window_sec: float | None = 3,
+        level: int = logging.INFO,
+    ) -> None:
+        """Monarch's output settings for this mesh's processes.
+
+        Args:
+            stream_to_client: False drops what the processes print (by default it reaches
+                the controller, prefixed with the actor and its coordinates).
+            aggregate_window_sec: merge identical lines of large meshes arriving within
+                this many seconds (``None``: never merge). It applies to the controller's
+                output as a whole.
+            level: the processes' root logging level.
+        """
+        runtime = Runtime.get()
+        lines = runtime.output_lines
+        if lines is not None:
+            lines.set_window(aggregate_window_sec)
+        setup = ProcessSetup(bootstrap=functools.partial(_log_settings, stream_to_client, level))
+        children = self._processes.children
+        await asyncio.wrap_future(
+            runtime.submit(prepare(runtime, children, setup, runtime.config.spawn_timeout))
+        )
+
     @property
     def initialized(self) -> Future[bool]:
         """A future of ``True``: the processes are up (``spawn_procs`` returned once they
@@ -180,6 +210,18 @@ class ProcMesh(Shaped):
 
     def __repr__(self) -> str:
         return f"<ProcMesh '{self._processes.name}' {self._shape}>"
+
+
+def _log_settings(stream_to_client: bool, level: int) -> None:
+    # Runs in each process of the mesh (ProcessSetup): its logging level, and its output
+    # sent nowhere when the caller does not want it.
+    logging.getLogger().setLevel(level)
+    if not stream_to_client:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+            os.dup2(devnull, stream.fileno())
+        os.close(devnull)
 
 
 async def _stop_actors(runtime: Runtime, processes: _Processes, grace: float) -> None:

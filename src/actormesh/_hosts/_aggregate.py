@@ -64,6 +64,15 @@ class LineAggregator:
         self._ids = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
 
+    def set_window(self, window: float | None) -> None:
+        """Merge within ``window`` seconds from now on; ``None``: do not merge."""
+        if window is None:
+            self._above = 1 << 62
+        else:
+            if window <= 0:
+                raise ValueError(f"the aggregation window must be positive, not {window!r}")
+            self._window = window
+
     def declare(self, mesh: str, labels: tuple[str, ...], sizes: tuple[int, ...]) -> None:
         """A mesh of this name and shape was spawned (any thread)."""
         self._shapes[mesh] = (tuple(labels), tuple(sizes))

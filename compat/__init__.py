@@ -1,0 +1,3 @@
+"""Conformance programs in Monarch's and Ray's own spelling, and their runner (``run.py``)."""
+
+from __future__ import annotations
