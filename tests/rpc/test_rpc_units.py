@@ -58,15 +58,15 @@ def test_rendezvous_conflicts_name_both_sides() -> None:
     assert "rank 1 is used twice: by 'b' (pid 101) and by 'c'" in _conflict(
         members, _member("c", 1), 3
     )
-    assert "worker name 'b' is used twice" in _conflict(members, _member("b", 2), 3)
+    assert "worker name 'b' is not unique" in _conflict(members, _member("b", 2), 3)
     assert "world_size=4" in _conflict(members, _member("c", 2, world_size=4), 3)
     assert "outside 0..2" in _conflict(members, _member("c", 7), 3)
 
 
 def test_worker_info_prints_and_compares_like_torchs() -> None:
-    info = rpc.WorkerInfo(1, "w1")
+    info = rpc.WorkerInfo("w1", 1)
     assert repr(info) == str(info) == "WorkerInfo(id=1, name=w1)"
-    assert info == rpc.WorkerInfo(1, "w1") and hash(info) == hash(rpc.WorkerInfo(1, "w1"))
+    assert info == rpc.WorkerInfo("w1", 1) and hash(info) == hash(rpc.WorkerInfo("w1", 1))
     assert pickle.loads(pickle.dumps(info)) == info
 
 

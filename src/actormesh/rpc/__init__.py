@@ -22,8 +22,9 @@ from __future__ import annotations
 from . import autograd as autograd
 from . import functions as functions
 from . import optim as optim
-from ._api import _get_debug_info as _get_debug_info
 from ._api import _set_rpc_timeout as _set_rpc_timeout
+from ._api import _thread_local_var as _thread_local_var
+from ._api import _wait_all as _wait_all
 from ._api import get_rpc_timeout as get_rpc_timeout
 from ._api import get_worker_info as get_worker_info
 from ._api import init_rpc as init_rpc
@@ -32,9 +33,16 @@ from ._api import remote as remote
 from ._api import rpc_async as rpc_async
 from ._api import rpc_sync as rpc_sync
 from ._api import shutdown as shutdown
+from ._collectives import _all_gather as _all_gather
+from ._collectives import _barrier as _barrier
+from ._collectives import _wait_all_workers as _wait_all_workers
 from ._errors import RpcNotInitialized as RpcNotInitialized
 from ._errors import RpcTimeoutError as RpcTimeoutError
 from ._errors import WorkerDiedError as WorkerDiedError
+from ._introspect import _get_current_rpc_agent as _get_current_rpc_agent
+from ._introspect import _get_debug_info as _get_debug_info
+from ._introspect import _is_current_rpc_agent_set as _is_current_rpc_agent_set
+from ._introspect import _rref_context_get_debug_info as _rref_context_get_debug_info
 from ._optimizer import DistributedOptimizer as DistributedOptimizer
 from ._options import BackendType as BackendType
 from ._options import RpcBackendOptions as RpcBackendOptions

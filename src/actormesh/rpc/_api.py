@@ -8,7 +8,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future as ConcurrentFuture
 from pickle import PickleBuffer
 from typing import Any
@@ -30,12 +30,20 @@ from ._options import (
     DEFAULT_SHUTDOWN_TIMEOUT,
     UNSET_RPC_TIMEOUT,
     BackendType,
+    check_options,
     resolve_timeout,
 )
-from ._rendezvous import Member, RendezvousError, parse_init_method, rendezvous
+from ._rendezvous import (
+    Member,
+    RendezvousError,
+    file_init_path,
+    file_rendezvous,
+    parse_init_method,
+    rendezvous,
+)
 from ._replies import decode_reply
 from ._rref import RRef
-from ._rref_table import ForkTable, OwnerEntry, OwnerTable, forks, owners
+from ._rref_table import ForkTable, OwnerEntry, OwnerTable, forks
 from ._shutdown import Board, graceful_shutdown, start_watches, teardown
 from ._state import RpcState, current, current_or_none, set_current
 from ._wire import EncodeSession, encode
@@ -54,6 +62,10 @@ __all__ = [
 
 _init_lock = threading.Lock()
 _HOST_TIMEOUT_S = 30.0
+# How many times this process has called init_rpc: the keys of a file:// rendezvous are
+# per call, as torch prefixes its store keys, so a group that re-initializes on the
+# same file never reads the last round's address.
+_init_count = 0
 
 
 def is_available() -> bool:
@@ -100,22 +112,37 @@ def init_rpc(
     if backend is not None and getattr(backend, "name", None) != BackendType.TENSORPIPE.name:
         raise TypeError(f"unsupported RPC backend {backend!r}; use BackendType.TENSORPIPE")
     options = rpc_backend_options
+    check_options(options, backend)
     rpc_timeout = float(getattr(options, "rpc_timeout", DEFAULT_RPC_TIMEOUT_SEC))
     init_method = str(getattr(options, "init_method", DEFAULT_INIT_METHOD))
     threads = int(getattr(options, "num_worker_threads", DEFAULT_NUM_WORKER_THREADS))
     rank, world_size = _rank_and_size(rank, world_size)
-    address = parse_init_method(init_method)
+    path = file_init_path(init_method)
+    address = parse_init_method(init_method) if path is None else ("127.0.0.1", 0)
+    global _init_count
     with _init_lock:
         if current_or_none() is not None:
             raise RuntimeError("RPC is already initialized in this process")
-        runtime = Runtime.get()
-        _stop_runtime_at_exit(runtime)
-        agent = Agent()
-        mesh_id = f"rpc-{uuid.uuid4().hex[:16]}"
-        _host(runtime, agent, mesh_id, name, rank)
-        # Peers on other hosts reach this one over TCP where it reaches rank 0; the socket
-        # is bound now (its port goes in our record) and listens once the secret is known.
-        listening = listening_socket(route_source(format_tcp(*address)))
+        generation, _init_count = _init_count, _init_count + 1
+        server, store = None, None
+        if path is not None and world_size > 1:
+            address, server, store = file_rendezvous(
+                path, rank, world_size, generation, rpc_timeout or None
+            )
+        try:
+            runtime = Runtime.get()
+            _stop_runtime_at_exit(runtime)
+            agent = Agent()
+            mesh_id = f"rpc-{uuid.uuid4().hex[:16]}"
+            _host(runtime, agent, mesh_id, name, rank)
+            # Peers on other hosts reach this one over TCP where it reaches rank 0; the
+            # socket is bound now (its port goes in our record) and listens once the
+            # secret is known.
+            listening = listening_socket(route_source(format_tcp(*address)))
+        except BaseException:
+            if server is not None:
+                server.close()
+            raise
         host, port = listening.getsockname()[:2]
         me = Member(
             name=name,
@@ -130,7 +157,9 @@ def init_rpc(
             # The job's secret: everyone's own when set, else rank 0's (handed out).
             mine = runtime.secret if runtime.config.secret else None
             handed = runtime.secret if rank == 0 and mine is None else None
-            members, shared = rendezvous(me, address, rpc_timeout or None, runtime.limits, handed)
+            members, shared = rendezvous(
+                me, address, rpc_timeout or None, runtime.limits, handed, server
+            )
             if mine is None and rank != 0:
                 if shared is None:
                     raise RendezvousError(
@@ -141,9 +170,12 @@ def init_rpc(
             runtime.listen_tcp(sock=listening)
         except BaseException:
             listening.close()
+            if server is not None:
+                server.close()
             _unhost(runtime, mesh_id)
             raise
         state = RpcState(runtime, rank, members, rpc_timeout, threads)
+        state.store = store
         state.tables.update(
             autograd=Engine(state),
             owners=OwnerTable(state),
@@ -253,21 +285,6 @@ def get_rpc_timeout() -> float:
     return current().rpc_timeout
 
 
-def _get_debug_info() -> dict[str, int]:
-    """Counts of this worker's RPC bookkeeping (for tests and debugging)."""
-    state = current()
-    owned = owners(state)
-    users = forks(state)
-    with owned._lock, users._lock:
-        return {
-            "num_owner_rrefs": len(owned.entries),
-            "num_forks": len(users.forks),
-            "num_pending_children": sum(len(f.pending) for f in users.forks.values()),
-            "num_autograd_contexts": len(engine(state).contexts),
-            "num_gone_workers": len(state.gone),
-        }
-
-
 def _set_rpc_timeout(rpc_timeout: float) -> None:
     """Change the default RPC timeout of this worker."""
     current().rpc_timeout = float(rpc_timeout)
@@ -318,6 +335,23 @@ def rpc_sync(
     return decode_reply(state, reply, dest.id, ctx)
 
 
+_thread_local_var = threading.local()
+
+
+@contextlib.contextmanager
+def _wait_all() -> Iterator[None]:
+    """torch's private ``rpc._wait_all()``: on leaving the block, wait for every
+    ``rpc_async`` future this thread started in it (and raise the first error)."""
+    _thread_local_var.future_list = []
+    try:
+        yield
+    finally:
+        try:
+            torch.futures.wait_all(_thread_local_var.future_list)
+        finally:
+            del _thread_local_var.future_list
+
+
 def rpc_async(
     to: str | int | WorkerInfo,
     func: Callable[..., Any],
@@ -327,16 +361,16 @@ def rpc_async(
 ) -> torch.futures.Future[Any]:
     """Like ``rpc_sync`` but returns at once with a ``torch.futures.Future``.
 
-    The future is completed on actormesh's I/O thread, so its callbacks run there: they
-    should not block (``wait()`` on another pending future in a callback would deadlock;
-    chain with ``then`` instead).
+    As with torch, the future completes on one of the worker's RPC callback threads, so
+    its callbacks (``then``, ``add_done_callback``) run there and may themselves wait for
+    other RPCs.
     """
     state = current()
     dest = _worker(state, to)
     future: torch.futures.Future[Any] = torch.futures.Future()
     ctx = current_context()
 
-    def done(ok: bool, reply: Any) -> None:
+    def settle(ok: bool, reply: Any) -> None:
         try:
             if not ok:
                 raise reply
@@ -346,7 +380,13 @@ def rpc_async(
         else:
             future.set_result(value)
 
+    def done(ok: bool, reply: Any) -> None:
+        state.complete_later(lambda: settle(ok, reply))
+
     _send_call(state, dest, func, args, kwargs, timeout, "rpc_async", ctx, done)
+    collected = getattr(_thread_local_var, "future_list", None)
+    if collected is not None:
+        collected.append(future)
     return future
 
 

@@ -86,6 +86,14 @@ class Context:
         self.grads: dict[torch.Tensor, torch.Tensor] = {}
         self.released = False
 
+    # torch's DistAutogradContext spelling, for programs that inspect contexts.
+
+    def _context_id(self) -> int:
+        return self.id
+
+    def _known_worker_ids(self) -> set[int]:
+        return set(self.known)
+
 
 class Engine:
     """This process' contexts and the passes that run on them."""
@@ -95,6 +103,8 @@ class Engine:
         self.contexts: dict[int, Context] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        self._keys = itertools.count()
+        self.passes = 0  # backward passes running here (root calls and incoming grads)
         state.peer_listeners.append(self._peer_gone)
 
     # -- contexts -------------------------------------------------------------------------
@@ -157,7 +167,7 @@ class Engine:
         ctx.known.add(dest)
         if not tensors:
             return None
-        key = self.state.new_id()
+        key = (self.state.me.id, next(self._keys))
         with ctx.lock:
             ctx.sends[key] = tensors
         return key
@@ -185,9 +195,18 @@ class Engine:
                 raise RuntimeError(
                     f"backward roots must be scalars, but one has shape {tuple(root.shape)}"
                 )
-        pending = self.run_pass(ctx, list(roots), [torch.ones_like(r) for r in roots])
-        for future in pending:
-            future.result()
+        self.count_pass(1)
+        try:
+            pending = self.run_pass(ctx, list(roots), [torch.ones_like(r) for r in roots])
+            for future in pending:
+                future.result()
+        finally:
+            self.count_pass(-1)
+
+    def count_pass(self, change: int) -> None:
+        """A backward pass starts (+1) or ends (-1) on this worker."""
+        with self._lock:
+            self.passes += change
 
     def run_pass(
         self, ctx: Context, outputs: list[torch.Tensor], grad_outputs: list[torch.Tensor]
@@ -304,6 +323,8 @@ def _handle_grads(
 ) -> Any:
     reply = state.loop.create_future()
     eng = engine(state)
+    eng.count_pass(1)
+    reply.add_done_callback(lambda _: eng.count_pass(-1))
 
     def job() -> None:
         try:

@@ -9,6 +9,9 @@ thread waiting for it.
 
 from __future__ import annotations
 
+import contextlib
+import sys
+import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +58,14 @@ def function_name(fn: object) -> str:
     """A readable name of a callable, for messages."""
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
     return str(name) if name else repr(fn)
+
+
+def report_failure(state: RpcState, error: BaseException) -> None:
+    """Write a failed RPC function's error to this (the callee's) stderr, as torch does:
+    its callers get the error too, but the callee's log then shows what went wrong."""
+    text = "".join(traceback.format_exception(error))
+    with contextlib.suppress(Exception):
+        print(f"On {state.me}:\n{error!r}\n{text}", file=sys.stderr, flush=True)
 
 
 def run_function(
@@ -134,6 +145,8 @@ def _handle_run(
 ) -> None:
     # The thread that finishes the call sends the reply itself: no hop through the loop.
     def finish(ok: bool, value: Any, ctx: Context | None, name: str) -> None:
+        if not ok:
+            report_failure(state, value)
         try:
             out = encode_reply(state, value, src, ctx) if ok else failure_reply(state, value, name)
         except BaseException as error:
@@ -172,6 +185,7 @@ def _handle_remote(
             entry.set_value(value)
             state.resolve(reply, (True,))
         else:
+            report_failure(state, value)
             entry.set_error(value)
             state.resolve(reply, failure_reply(state, value, name))
 

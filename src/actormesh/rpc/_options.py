@@ -19,6 +19,7 @@ __all__ = [
     "RpcBackendOptions",
     "TensorPipeRpcBackendOptions",
     "UNSET_RPC_TIMEOUT",
+    "check_options",
     "resolve_timeout",
 ]
 
@@ -51,6 +52,11 @@ class RpcBackendOptions:
         rpc_timeout: float = DEFAULT_RPC_TIMEOUT_SEC,
         init_method: str = DEFAULT_INIT_METHOD,
     ) -> None:
+        if not isinstance(rpc_timeout, int | float):
+            raise TypeError(
+                f"{type(self).__name__}(): incompatible constructor arguments: rpc_timeout "
+                f"is a number of seconds, not {type(rpc_timeout).__name__}"
+            )
         if rpc_timeout < 0:
             raise ValueError(f"rpc_timeout must be >= 0 seconds, not {rpc_timeout!r}")
         self.rpc_timeout = float(rpc_timeout)
@@ -98,6 +104,31 @@ class TensorPipeRpcBackendOptions(RpcBackendOptions):
     def set_devices(self, devices: list[Any]) -> None:
         """Record the devices this worker uses (no effect on CPU tensors)."""
         self.devices = list(devices)
+
+
+def _is(options: object, class_name: str) -> bool:
+    """``options`` is an instance of a class of that name: actormesh's or torch's own."""
+    return any(cls.__name__ == class_name for cls in type(options).__mro__)
+
+
+def check_options(options: object, backend: object) -> None:
+    """Refuse ``init_rpc`` options as torch does.
+
+    Raises:
+        TypeError: ``options`` is not backend options at all, is not TensorPipe options
+            while the backend is TensorPipe, or (without a backend) names no backend.
+    """
+    if options is None:
+        return
+    if not _is(options, "RpcBackendOptions"):
+        raise TypeError("Argument rpc_backend_options must be an instance of RpcBackendOptions")
+    if _is(options, "TensorPipeRpcBackendOptions"):
+        return
+    if backend is None:
+        raise TypeError(f"Could not infer backend for options {options}")
+    raise TypeError(
+        f"`rpc_backend_options` must be a `TensorPipeRpcBackendOptions`. Got {type(options)}."
+    )
 
 
 def resolve_timeout(timeout: float | None, default: float) -> float | None:

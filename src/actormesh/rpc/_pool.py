@@ -41,6 +41,11 @@ class WorkerPool:
         self._waiting = 0  # jobs no thread has taken yet
         self._closed = False
 
+    @property
+    def size(self) -> int:
+        """The most threads this pool runs."""
+        return self._size
+
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on a pool thread; an exception it raises is logged.
 

@@ -1,6 +1,8 @@
 """The rendezvous of ``init_rpc``: rank 0 collects every worker's address, then shares them.
 
-Rank 0 listens on ``MASTER_ADDR:MASTER_PORT`` (or the ``tcp://`` init method); every other
+Rank 0 listens on ``MASTER_ADDR:MASTER_PORT`` (or the ``tcp://`` init method; with
+``file://``, on a loopback port it writes in that file, through torch's ``FileStore`` as
+torch's own rendezvous does, so a process group may share the file); every other
 rank connects (retrying until rank 0 is up or the time runs out) and sends one record:
 its name, rank, world size, host, process id, the Unix socket of its actormesh runtime
 and the id of its RPC agent. Once all ``world_size`` records are in and consistent, rank
@@ -26,7 +28,14 @@ from typing import Any
 from .._transport import Gatekeeper, Limits, Steps, run_blocking
 from ._errors import RpcTimeoutError
 
-__all__ = ["Member", "RendezvousError", "parse_init_method", "rendezvous"]
+__all__ = [
+    "Member",
+    "RendezvousError",
+    "file_init_path",
+    "file_rendezvous",
+    "parse_init_method",
+    "rendezvous",
+]
 
 _LENGTH = struct.Struct("!I")
 _MAX_MESSAGE = 1 << 24
@@ -79,7 +88,8 @@ def parse_init_method(
         host, port_text = url.hostname, str(url.port)
     else:
         raise ValueError(
-            f"unsupported init_method {init_method!r}: use 'env://' or 'tcp://host:port'"
+            f"unsupported init_method {init_method!r}: use 'env://', 'tcp://host:port' or "
+            "'file:///path'"
         )
     try:
         port = int(port_text)
@@ -88,19 +98,87 @@ def parse_init_method(
     return host, port
 
 
+def file_init_path(init_method: str) -> str | None:
+    """The file of a ``file://`` init method (query arguments dropped), else ``None``."""
+    url = urllib.parse.urlparse(init_method)
+    if url.scheme != "file":
+        return None
+    path = urllib.parse.unquote(url.path)
+    if not path:
+        raise ValueError(f"init_method {init_method!r} names no file")
+    return path
+
+
+def file_rendezvous(
+    path: str, rank: int, world_size: int, generation: int, timeout: float | None
+) -> tuple[tuple[str, int], socket.socket | None, Any]:
+    """Where the rendezvous of a ``file://`` init method runs, found through the file.
+
+    Rank 0 listens on a free loopback port and writes it in the file under a key of this
+    ``init_rpc`` (the process' ``generation``-th, as torch prefixes its keys); the others
+    wait for it. The file is torch's ``FileStore``, so a process group may use the same
+    file; the store is returned for the caller to keep until it leaves the group, which
+    removes the file once every worker has let go of it, as with torch.
+
+    Returns:
+        The address, rank 0's listening socket (``None`` elsewhere) and the store.
+
+    Raises:
+        RpcTimeoutError: rank 0 did not write its address within ``timeout`` seconds.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    store = dist.FileStore(path, world_size)  # type: ignore[attr-defined]
+    store.set_timeout(datetime.timedelta(seconds=timeout or 10**9))
+    key = f"actormesh_rpc/{generation}/rendezvous"
+    if rank == 0:
+        server = _listen(("127.0.0.1", 0), world_size)
+        host, port = server.getsockname()[:2]
+        store.set(key, f"{host}:{port}")
+        return (host, port), server, store
+    try:
+        value = store.get(key).decode()
+    except RuntimeError:
+        raise RpcTimeoutError(
+            f"init_rpc: rank 0 did not publish its rendezvous address in {path} within "
+            f"{timeout:g} s; is rank 0 running?"
+        ) from None
+    host, _, port = value.rpartition(":")
+    return (host, int(port)), None, store
+
+
+def _listen(address: tuple[str, int], world_size: int) -> socket.socket:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(address)
+        server.listen(max(world_size, 128))
+    except OSError as error:
+        server.close()
+        raise RendezvousError(
+            f"rank 0 cannot listen for the rendezvous on {address[0]}:{address[1]} "
+            f"({error.strerror or error}); is another rank 0 running, or the port taken?"
+        ) from None
+    return server
+
+
 def rendezvous(
     me: Member,
     address: tuple[str, int],
     timeout: float | None,
     limits: Limits | None = None,
     secret: str | None = None,
+    server: socket.socket | None = None,
 ) -> tuple[list[Member], str | None]:
     """Meet the other ``me.world_size - 1`` workers; every member, by rank, and the secret
     rank 0 handed out (``secret``, given by rank 0 when its workers have none of their
     own: it travels unencrypted, as everything does in torch's own rendezvous).
 
     ``limits`` bound what peers that connect to rank 0 may hold before they have sent
-    their record (see ``Gatekeeper``).
+    their record (see ``Gatekeeper``). Rank 0 listens on ``server`` when given (already
+    bound to ``address`` and listening; closed here), else binds ``address`` itself.
 
     Raises:
         RendezvousError: the group is inconsistent (the message says how).
@@ -108,9 +186,13 @@ def rendezvous(
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     if me.world_size == 1:
+        if server is not None:
+            server.close()
         return [me], secret
     if me.rank == 0:
-        return _serve(me, address, deadline, timeout, limits, secret), secret
+        if server is None:
+            server = _listen(address, me.world_size)
+        return _serve(me, server, address, deadline, timeout, limits, secret), secret
     return _join(me, address, deadline, timeout)
 
 
@@ -119,23 +201,13 @@ def rendezvous(
 
 def _serve(
     me: Member,
+    server: socket.socket,
     address: tuple[str, int],
     deadline: float | None,
     timeout: float | None,
     limits: Limits | None,
     secret: str | None,
 ) -> list[Member]:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind(address)
-        server.listen(max(me.world_size, 128))
-    except OSError as error:
-        server.close()
-        raise RendezvousError(
-            f"rank 0 cannot listen for the rendezvous on {address[0]}:{address[1]} "
-            f"({error.strerror or error}); is another rank 0 running, or the port taken?"
-        ) from None
     # Each peer sends its record through the gatekeeper: one that connects and says
     # nothing (a port scan, a stalled client, a flood) never holds up the others.
     arrivals: queue.SimpleQueue[tuple[socket.socket, dict[str, Any]]] = queue.SimpleQueue()
@@ -210,7 +282,7 @@ def _conflict(members: dict[int, Member], new: Member, world_size: int) -> str:
     for other in members.values():
         if other.name == new.name:
             return (
-                f"worker name {new.name!r} is used twice: by rank {other.rank} "
+                f"worker name {new.name!r} is not unique: it is used by rank {other.rank} "
                 f"(pid {other.pid}) and by rank {new.rank} (pid {new.pid})"
             )
     return ""

@@ -13,12 +13,15 @@ from collections.abc import Callable
 from concurrent.futures import Future as ConcurrentFuture
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import torch
+
 from ._dist_autograd import current_context
+from ._errors import RpcNotInitialized
 from ._execute import Deferred, is_async_execution
 from ._options import UNSET_RPC_TIMEOUT, resolve_timeout
 from ._replies import decode_reply
 from ._rref_table import OwnerEntry, forks, owners
-from ._state import current, current_or_none
+from ._state import current_or_none
 from ._wire import EncodeSession, current_decode, register_reducer
 
 if TYPE_CHECKING:
@@ -52,10 +55,16 @@ class RRef(Generic[T]):
         "_id",
         "_owner",
         "_state",
+        "_type",
     )
 
     def __init__(self, value: T, type_hint: Any = None) -> None:
-        state = current()
+        state = current_or_none()
+        if state is None:
+            raise RpcNotInitialized(
+                "Current RPC agent is not set! Did you initialize the RPC framework (e.g. "
+                "calling `actormesh.rpc.init_rpc`)?"
+            )
         entry = OwnerEntry(state.new_id())
         entry.created = True
         entry.set_value(value)
@@ -79,6 +88,8 @@ class RRef(Generic[T]):
         self._confirmed = confirmed
         # For a user RRef made by remote(): the creation call's outcome, once known.
         self._creation: ConcurrentFuture[None] | None = None
+        # The type of the value, once asked for (``_get_type``).
+        self._type: torch.futures.Future[type] | None = None
 
     @classmethod
     def _make(
@@ -123,8 +134,9 @@ class RRef(Generic[T]):
         """
         if self._entry is None:
             raise RuntimeError(
-                f"can't call local_value() on a user RRef ({self!r}) on worker "
-                f"{self._state.me}; call it on the owner {self._owner}"
+                f"For UserRRef(rref_id={_guid(self._id)}, fork_id={_guid(self._fork)}), "
+                f"can't call localValue() on user {self._state.me}. Call it on owner "
+                f"{self._owner}"
             )
         self._check_not_loop("local_value")
         value: T = self._entry.wait(None)
@@ -152,6 +164,50 @@ class RRef(Generic[T]):
             raise creation.exception()  # type: ignore[misc]
         fetched: T = self._fetch(seconds).result()
         return fetched
+
+    def _get_type(self, timeout: float = UNSET_RPC_TIMEOUT, blocking: bool = True) -> Any:
+        """The type of the value (asked of the owner once, then remembered).
+
+        Args:
+            timeout: seconds to wait for the owner (default: the RPC timeout).
+            blocking: False returns a ``torch.futures.Future`` of the type instead.
+
+        Raises:
+            Exception: what creating the value raised, or a timeout (with ``blocking``).
+        """
+        future = self._type
+        if future is None:
+            if self._entry is not None:
+                future = torch.futures.Future()
+                try:
+                    future.set_result(type(self.local_value()))
+                except BaseException as error:
+                    future.set_exception(error)  # type: ignore[arg-type]
+            else:
+                from . import _api
+
+                future = _api.rpc_async(self._owner, _type_on_owner, args=(self,), timeout=timeout)
+            self._type = future
+        return future.wait() if blocking else future
+
+    def _get_future(self) -> torch.futures.Future[None]:
+        """A future that completes when the owner has created the value (for an RRef
+        made by ``remote()``; already complete otherwise)."""
+        future: torch.futures.Future[None] = torch.futures.Future()
+        creation = self._creation
+        if creation is None:
+            future.set_result(None)
+            return future
+
+        def done(outcome: ConcurrentFuture[None]) -> None:
+            error = outcome.exception()
+            if error is not None:
+                future.set_exception(error)  # type: ignore[arg-type]
+            else:
+                future.set_result(None)
+
+        creation.add_done_callback(done)
+        return future
 
     def _wait_created(self, timeout: float | None = None) -> None:
         """Wait until the owner has created the value (or raise why it could not)."""
@@ -232,6 +288,7 @@ class RRef(Generic[T]):
         creation = self._creation
         if ok:
             self._confirmed = True
+            forks(self._state).confirm(self._fork)
             if not value[0]:
                 from .._core._envelope import error_from_payload
 
@@ -258,8 +315,10 @@ class RRef(Generic[T]):
 
     def __repr__(self) -> str:
         if self._entry is not None:
-            return f"OwnerRRef(rref_id={self._id}, owner={self._owner})"
-        return f"UserRRef(rref_id={self._id}, fork_id={self._fork}, owner={self._owner})"
+            return f"OwnerRRef({_guid(self._id)})"
+        return f"UserRRef(RRefId = {_guid(self._id)}, ForkId = {_guid(self._fork)})"
+
+    __str__ = __repr__
 
 
 RRef.__module__ = "actormesh.rpc"
@@ -280,6 +339,10 @@ class _Proxy:
 
         api = getattr(_api, self._mode)
         rref, timeout = self._rref, self._timeout
+        if self._mode == "remote":
+            # As torch: the attribute is looked up on the value's type before the call,
+            # so a missing one fails here rather than in a later to_here().
+            getattr(rref._get_type(timeout), name)
 
         @functools.wraps(_invoke_on_rref)
         def method(*args: Any, **kwargs: Any) -> Any:
@@ -288,6 +351,17 @@ class _Proxy:
             )
 
         return method
+
+
+def _guid(id_: Id | None) -> str:
+    """torch's spelling of an RRef or fork id."""
+    if id_ is None:
+        return "GloballyUniqueId(None)"
+    return f"GloballyUniqueId(created_on={id_[0]}, local_id={id_[1]})"
+
+
+def _type_on_owner(rref: RRef[Any]) -> type:
+    return type(rref.local_value())
 
 
 def _backward_on_owner(rref: RRef[Any], context_id: int, retain_graph: bool) -> None:
@@ -350,7 +424,7 @@ def _rebuild(rref_id: Id, owner: int, fork: Id) -> RRef[Any]:
             state.post(src, "rref_accept", (state.me.id, fork))
         return RRef._make(state, rref_id, state.me, None, entry, confirmed=True)
     rref = RRef._make(state, rref_id, state.workers[owner], fork, None, confirmed=src == owner)
-    forks(state).register(fork, rref_id, owner)
+    forks(state).register(fork, rref_id, owner, confirmed=src == owner)
     if src != owner:
         _confirm(state, rref, src)
     return rref
@@ -365,8 +439,10 @@ def _confirm(state: RpcState, rref: RRef[Any], parent: int) -> None:
 
     def done(ok: bool, value: Any) -> None:
         alive = ref()
-        if ok and alive is not None:
-            alive._confirmed = True
+        if ok:
+            forks(state).confirm(fork)
+            if alive is not None:
+                alive._confirmed = True
         state.post(parent, "rref_accept", (state.me.id, fork))
 
     state.request(

@@ -153,13 +153,14 @@ class OwnerTable:
 class ForkState:
     """A user fork's bookkeeping, which outlives the ``RRef`` object when needed."""
 
-    __slots__ = ("dropped", "owner", "pending", "rref_id")
+    __slots__ = ("confirmed", "dropped", "owner", "pending", "rref_id")
 
-    def __init__(self, rref_id: Id, owner: int) -> None:
+    def __init__(self, rref_id: Id, owner: int, confirmed: bool) -> None:
         self.rref_id = rref_id
         self.owner = owner
         self.pending: dict[Id, int] = {}  # child fork -> worker it was sent to
         self.dropped = False
+        self.confirmed = confirmed  # the owner knows of this fork
 
 
 class ForkTable:
@@ -173,10 +174,18 @@ class ForkTable:
         self._dropped: deque[Id] = deque()
         state.peer_listeners.append(self._peer_gone)
 
-    def register(self, fork_id: Id, rref_id: Id, owner: int) -> None:
-        """A user ``RRef`` object now exists for ``fork_id``."""
+    def register(self, fork_id: Id, rref_id: Id, owner: int, confirmed: bool = False) -> None:
+        """A user ``RRef`` object now exists for ``fork_id`` (``confirmed``: the owner
+        already knows of it)."""
         with self._lock:
-            self.forks[fork_id] = ForkState(rref_id, owner)
+            self.forks[fork_id] = ForkState(rref_id, owner, confirmed)
+
+    def confirm(self, fork_id: Id | None) -> None:
+        """The owner has registered ``fork_id``."""
+        with self._lock:
+            fork = self.forks.get(fork_id) if fork_id is not None else None
+            if fork is not None:
+                fork.confirmed = True
 
     def forget(self, fork_id: Id) -> None:
         """Drop a fork the owner never heard of (its creating message was not sent)."""

@@ -216,14 +216,18 @@ def graceful_shutdown(state: RpcState, timeout: float | None) -> None:
         RpcTimeoutError: ``timeout`` seconds passed first.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    _gather(state, "arrive", None, deadline)
+    # The n-th barrier of each worker meets the n-th of the others (torch's
+    # _wait_all_workers and a graceful shutdown are the same barrier).
+    state.barriers += 1
+    prefix = f"{state.barriers}/"
+    _gather(state, f"{prefix}arrive", None, deadline)
     history: list[tuple[int, int]] = []
     for number in itertools.count():
         if not state.wait_idle(deadline):
             raise RpcTimeoutError(
                 f"RPC shutdown: {state.me} still had requests in flight after {timeout:g} s"
             )
-        counts = _gather(state, f"quiesce-{number}", state.counters(), deadline)
+        counts = _gather(state, f"{prefix}quiesce-{number}", state.counters(), deadline)
         totals = (sum(c[0] for c in counts.values()), sum(c[1] for c in counts.values()))
         history.append(totals)
         stable = len(history) >= 2 and history[-1] == history[-2]
@@ -260,6 +264,8 @@ def teardown(state: RpcState) -> None:
         runtime.call_soon(say_goodbye)
     state.deadlines.close()
     state.pool.shutdown()
+    state.callbacks.shutdown()
+    state.store = None
     with contextlib.suppress(Exception):
         own = runtime.connection(runtime.listen_path)
         runtime.send(own, (STOP_MESH, 0, state.agents[state.me.id]), [])

@@ -85,13 +85,16 @@ class RpcState:
     ) -> None:
         self.runtime = runtime
         self.loop = runtime.loop
-        self.workers = [WorkerInfo(m.rank, m.name) for m in members]
+        self.workers = [WorkerInfo(m.name, m.rank) for m in members]
         self.me = self.workers[me]
         self.by_name = {w.name: w for w in self.workers}
         self.paths = [m.path for m in members]
         self.agents = [m.agent for m in members]
         self.rpc_timeout = rpc_timeout
         self.pool = WorkerPool(num_worker_threads, "actormesh-rpc")
+        # Where futures handed to the program complete, so their callbacks run there (as
+        # torch runs them on its RPC threads) and may block without stalling the I/O.
+        self.callbacks = WorkerPool(num_worker_threads, "actormesh-rpc-callback")
         self.deadlines = Deadlines(runtime)
         self.closed = False
         # Workers that died or shut down, with the reason.
@@ -99,7 +102,7 @@ class RpcState:
         self.peer_listeners: list[PeerListener] = []
         # Tables attached by other modules (RRefs, autograd), by name.
         self.tables: dict[str, Any] = {}
-        self._ids = itertools.count(1)
+        self._ids = itertools.count()  # from 0, as torch numbers RRefs and forks
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._inflight = 0
@@ -109,6 +112,9 @@ class RpcState:
         self.watchers: list[asyncio.Future[Any]] = []
         # Replies the agent still owes (loop thread only).
         self.open_replies: set[asyncio.Future[Any]] = set()
+        # The FileStore of a file:// rendezvous, kept while in the group (as torch does).
+        self.store: Any = None
+        self.barriers = 0  # graceful barriers this worker has entered (see _shutdown)
 
     # -- names and ids --------------------------------------------------------------------
 
@@ -132,7 +138,7 @@ class RpcState:
                 f"a destination must be a worker name, a rank or a WorkerInfo, not {to!r}"
             )
         names = ", ".join(w.name for w in self.workers)
-        raise ValueError(f"unknown worker {to!r}; the group has: {names}")
+        raise ValueError(f"could not find destination worker {to!r}; the group has: {names}")
 
     def new_id(self) -> tuple[int, int]:
         """A globally unique id: (this worker's rank, a local counter)."""
@@ -229,6 +235,12 @@ class RpcState:
             if self._inflight == 0:
                 self._idle.notify_all()
 
+    @property
+    def inflight(self) -> int:
+        """Counted requests of this process still waiting for their outcome."""
+        with self._lock:
+            return self._inflight
+
     def counters(self) -> tuple[int, int]:
         """(messages sent, incoming messages handled), for shutdown's quiescence check."""
         with self._lock:
@@ -245,6 +257,14 @@ class RpcState:
         return True
 
     # -- running on the pool ----------------------------------------------------------------
+
+    def complete_later(self, job: Callable[[], None]) -> None:
+        """Run ``job``, which completes a future the program holds, on a callback thread
+        (here, once RPC has shut down)."""
+        try:
+            self.callbacks.submit(job)
+        except RuntimeError:
+            job()
 
     def resolve(
         self, future: asyncio.Future[Any], value: Any = None, error: BaseException | None = None

@@ -7,20 +7,30 @@ from dataclasses import dataclass
 
 __all__ = ["WorkerInfo", "check_worker_name"]
 
-_NAME = re.compile(r"[A-Za-z0-9_:\-]{1,127}")
+_NAME = re.compile(r"[A-Za-z0-9_:\-]*")
+_MAX_NAME_LEN = 128
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerInfo:
     """A worker of the RPC group; get one with ``get_worker_info()``.
 
+    Built as torch's, ``WorkerInfo(name, id)``.
+
     Attributes:
-        id: the worker's rank.
         name: the worker's unique name.
+        id: the worker's rank.
+
+    Raises:
+        RuntimeError: the name is empty, too long, or has characters other than
+            letters, digits, ``_``, ``:`` and ``-`` (torch's messages).
     """
 
-    id: int
     name: str
+    id: int
+
+    def __post_init__(self) -> None:
+        check_worker_name(self.name)
 
     def __repr__(self) -> str:
         return f"WorkerInfo(id={self.id}, name={self.name})"
@@ -29,12 +39,20 @@ class WorkerInfo:
 
 
 def check_worker_name(name: object) -> str:
-    """``name`` if it is a valid worker name; ``ValueError`` says why not."""
+    """``name`` if it is a valid worker name; ``RuntimeError`` (``TypeError`` for a
+    non-string) says why not, in torch's words."""
     if not isinstance(name, str):
         raise TypeError(f"the worker name must be a str, not {type(name).__name__}")
+    if not name:
+        raise RuntimeError("Worker name must be non-empty.")
+    if len(name) >= _MAX_NAME_LEN:
+        raise RuntimeError(
+            f"Worker name must be shorter than {_MAX_NAME_LEN} characters, but got "
+            f"{len(name)} characters"
+        )
     if not _NAME.fullmatch(name):
-        raise ValueError(
-            f"invalid worker name {name!r}: use 1 to 127 letters, digits, '_', ':' or '-'"
+        raise RuntimeError(
+            f"Worker name must match ^[A-Za-z0-9-_:]*$, but got {name!r} (invalid worker name)"
         )
     return name
 
