@@ -28,6 +28,7 @@ from faults_support import TAG, ProcessWatch, open_fds, shm_segments, socket_fil
 
 import actormesh
 from actormesh._hosts import Runtime
+from actormesh._observe import observer
 
 HERE = Path(__file__).resolve().parent
 os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -74,7 +75,9 @@ def failures() -> Iterator[list[actormesh.Failure]]:
 @pytest.fixture(autouse=True)
 def leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fails the test when it leaves processes, zombies, descriptors, segments or files."""
-    Runtime.get()  # the controller runtime's own descriptors are not the test's
+    # The controller runtime's own descriptors are not the test's, nor its job socket
+    # (where `actormesh top` finds it), which the first spawn of the session opens.
+    observer(Runtime.get())
     tag = uuid.uuid4().hex
     previous = os.environ.get(TAG)
     os.environ[TAG] = tag

@@ -84,9 +84,6 @@ def test_a_once_port_delivers_its_first_message() -> None:
     assert receiver.recv().get(timeout=30) == 1
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a once port drops later messages silently; Monarch's send raises"
-)
 def test_a_once_port_refuses_a_second_message() -> None:
     port: Port[int]
     port, receiver = Channel.open(once=True)

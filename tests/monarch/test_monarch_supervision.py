@@ -158,11 +158,6 @@ def test_a_failure_the_owner_does_not_handle_reaches_the_fault_hook(
         assert all(isinstance(f, MeshFailure) for f in parent_failures())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an owner whose __supervise__ returns False lives on; in Monarch it fails, and "
-    "calls to it raise",
-)
 @pytest.mark.timeout(90)
 def test_an_owner_that_does_not_handle_a_failure_fails(fault_hook: list[MeshFailure]) -> None:
     with _parent(handles=False) as parent:
@@ -202,11 +197,6 @@ def test_an_error_raised_in_a_broadcast_reaches_the_fault_hook(
     assert "raised in broadcast" in failure.report()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an actor whose endpoint raised in a broadcast lives on; in Monarch it is "
-    "stopped, and later calls to it raise",
-)
 @pytest.mark.timeout(90)
 def test_an_actor_whose_broadcast_raised_is_stopped(
     single: ProcMesh, fault_hook: list[MeshFailure]

@@ -204,12 +204,12 @@ class _ActorHost:
             return getattr(self.instance, endpoint)(explicit_port(), *args, **kwargs)
         return getattr(self.instance, endpoint.removeprefix(AS_ENDPOINT))(*args, **kwargs)
 
-    def close(self) -> None:
+    def close(self, error: BaseException | None = None) -> None:
         # On the actor's thread, after its last message. First the actor's own
-        # __cleanup__(None) (Monarch's hook), then the hooks added by system calls (a
-        # process group to destroy, say), newest first; one failing must not keep the
-        # others from running or the actor from being dropped.
-        self._cleanup()
+        # __cleanup__(error) (Monarch's hook: None on a stop), then the hooks added by
+        # system calls (a process group to destroy, say), newest first; one failing must
+        # not keep the others from running or the actor from being dropped.
+        self._cleanup(error)
         while self.on_close:
             hook = self.on_close.pop()
             try:
@@ -218,12 +218,12 @@ class _ActorHost:
                 log.exception("a close hook of an actor failed")
         self.instance = None
 
-    def _cleanup(self) -> None:
+    def _cleanup(self, error: BaseException | None) -> None:
         cleanup = getattr(self.instance, "__cleanup__", None)
         if cleanup is None:
             return
         try:
-            result = self.context.run(cleanup, None)
+            result = self.context.run(cleanup, error)
             if inspect.iscoroutine(result):
                 runtime = Runtime.current()
                 if runtime is None:

@@ -17,8 +17,10 @@ from .._exceptions import MeshStoppedError, SupervisionError
 
 __all__ = ["DEATHS", "Failure", "MeshState", "all_states", "state_of"]
 
-# Failure kinds after which the ranks are gone for good (not restarted).
-DEATHS = frozenset({"died", "restart_failed"})
+# Failure kinds after which the ranks are gone for good (not restarted): a process died;
+# an endpoint raised with no caller to answer ("broadcast"), or an owner did not handle a
+# failure of a mesh it owns ("unhandled"), after which, as in Monarch, the actor is dropped.
+DEATHS = frozenset({"died", "restart_failed", "broadcast", "unhandled"})
 
 _LATENCY_WINDOW = 1024
 

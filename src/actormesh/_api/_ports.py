@@ -92,9 +92,11 @@ class Port(Generic[R]):
     Args are internal: ``Channel.open()`` makes ports.
     """
 
-    def __init__(self, address: str, port_id: int) -> None:
+    def __init__(self, address: str, port_id: int, once: bool = False) -> None:
         self._address = address
         self._id = port_id
+        self._once = once
+        self._used = False
 
     def send(self, value: R) -> None:
         """Send ``value`` to the receiver (any thread, any process; never waits).
@@ -102,14 +104,23 @@ class Port(Generic[R]):
         Raises:
             ActorDiedError: the receiver's process is gone.
             SerializationError: ``value`` cannot be pickled.
+            RuntimeError: a port of ``Channel.open(once=True)`` was already used.
         """
         payload, buffers = dumps(value)
+        self._use()
         self._deliver(True, [payload, *buffers])
 
     def exception(self, error: BaseException) -> None:
         """Make the receiver's ``recv()`` raise ``error`` (as it is)."""
         payload = error_payload(error, mesh="", point={}, endpoint="port", as_sent=True)
+        self._use()
         self._deliver(False, [payload])
+
+    def _use(self) -> None:
+        if self._once:
+            if self._used:
+                raise RuntimeError("this port was already used: it takes one message (once=True)")
+            self._used = True
 
     def _deliver(self, ok: bool, parts: list[Any]) -> None:
         runtime = Runtime.get()
@@ -122,7 +133,7 @@ class Port(Generic[R]):
         return self._address, self._id
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Port, (self._address, self._id))
+        return (Port, (self._address, self._id, self._once))
 
     def __repr__(self) -> str:
         return f"<Port {self._id} at {self._address}>"
@@ -174,12 +185,14 @@ class Channel(Generic[R]):
     def open(once: bool = False) -> tuple[Port[R], PortReceiver[R]]:
         """A new receiver in this process and the port that reaches it.
 
-        ``once``: the port takes one message; later ones are dropped.
+        ``once``: the port takes one message: a second ``send`` on the same port object
+        raises ``RuntimeError`` (copies of it sent elsewhere count on their own, and the
+        receiver keeps the first message that arrives).
         """
         runtime = Runtime.get()
         queue = _Queue(once)
         port_id = runtime.register(queue)
-        return Port(runtime.address, port_id), PortReceiver(queue, runtime, port_id)
+        return Port(runtime.address, port_id, once), PortReceiver(queue, runtime, port_id)
 
     @staticmethod
     def open_ranked(once: bool = False) -> tuple[Port[R], RankedPortReceiver[R]]:

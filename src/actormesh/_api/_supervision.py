@@ -186,6 +186,13 @@ class _Supervise:
     def _escalate(self, why: BaseException | None) -> None:
         if not _escalate(self.runtime, self.owner, self.failure, why):
             _to_controller(None, self.failure)
+        # As in Monarch, an owner that does not handle a failure of a mesh it owns fails
+        # with it: the actor is dropped, and its own owner heard of it just now.
+        mesh_id, rank = self.owner
+        error = SupervisionError(
+            f"did not handle a failure of mesh '{self.failure.mesh}' it owns", self.failure
+        )
+        self.runtime.drop_actor(mesh_id, rank, error)
 
 
 def _on_failure_frame(mesh_id: str, rank: int, endpoint: str, payload: memoryview) -> None:
@@ -195,6 +202,8 @@ def _on_failure_frame(mesh_id: str, rank: int, endpoint: str, payload: memoryvie
     if state is None:
         print(f"actormesh: {kind} failure of endpoint '{endpoint}': {error}", file=sys.stderr)
         return
+    # The worker dropped the actor (see _core._hosting): it is gone for good.
+    state.dead.setdefault(rank, f"dropped after a failure ({kind} of '{endpoint}')")
     report(state, Failure(state.name, (rank,), kind, error))
 
 

@@ -75,6 +75,8 @@ class _Delivery:
     max_bytes: ClassVar[int] = 1 << 40
     # How to reach a port's process (the runtime's ``connection``, set by Runtime).
     connect: ClassVar[Callable[[str], Connection] | None] = None
+    # How to drop an actor that failed for good (the runtime's ``drop_actor``, any thread).
+    drop: ClassVar[Callable[[str, int, BaseException], None] | None] = None
 
     def __init__(
         self,
@@ -140,9 +142,14 @@ class _Delivery:
             error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint, as_sent=as_sent
         )
         if self.req_id == 0 and self.port is None:
+            # Nobody waits for this answer: the failure goes to whoever spawned the mesh,
+            # and the actor is dropped, as Monarch drops an actor whose message failed
+            # with no one to answer (its __cleanup__ gets the error).
             header = env.encode_header((env.FAILURE, self.mesh_id, self.rank, self.endpoint))
             with contextlib.suppress(TransportClosed):
                 self.conn.send([header, payload])
+            if _Delivery.drop is not None:
+                _Delivery.drop(self.mesh_id, self.rank, error)
             return
         self._answer(False, [payload])
 
@@ -379,6 +386,16 @@ class Hosting:
             return False
         hosted.mailbox.deliver(message)
         return True
+
+    def drop_actor(self, mesh_id: str, rank: int, error: BaseException) -> None:
+        """Drop one actor hosted here after a failure that ends it (any thread): queued
+        messages fail, and its ``__cleanup__`` gets ``error``."""
+        self.call_soon(self._drop_actor, mesh_id, rank, error)
+
+    def _drop_actor(self, mesh_id: str, rank: int, error: BaseException) -> None:
+        hosted = self._hosted.get(mesh_id, {}).pop(rank, None)
+        if hosted is not None:
+            hosted.mailbox.close(None, error)
 
     def escalate(self, mesh_id: str, rank: int, endpoint: str, payload: bytes) -> bool:
         """Report a failure of actor ``rank`` of ``mesh_id`` to whoever spawned that mesh.

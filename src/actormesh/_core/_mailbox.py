@@ -53,8 +53,8 @@ class Hosted(Protocol):
         """Call the endpoint: a value for ``def`` ones, a coroutine for ``async`` ones."""
         ...
 
-    def close(self) -> None:
-        """The actor is being dropped (mesh stopped)."""
+    def close(self, error: BaseException | None = None) -> None:
+        """The actor is being dropped: its mesh stopped, or ``error`` ended it."""
         ...
 
 
@@ -339,20 +339,24 @@ class Mailbox:
                 self._drain_task.cancel()
         return reached
 
-    def close(self, done: Callable[[], None] | None = None) -> None:
+    def close(
+        self, done: Callable[[], None] | None = None, error: BaseException | None = None
+    ) -> None:
         """Drop the actor: queued messages fail, the thread ends after its current job.
 
         ``done`` runs on the loop once the actor's close hooks have run on its thread
-        (after the job it is busy with, if any).
+        (after the job it is busy with, if any). ``error``: why the actor is dropped (a
+        failure rather than a stop), given to its ``__cleanup__``.
         """
         from .._exceptions import MeshStoppedError
 
         self._closed = True
+        why = "the actor's mesh was stopped" if error is None else f"the actor failed: {error}"
         while self._queue:
-            self._queue.popleft().fail(MeshStoppedError("the actor's mesh was stopped"))
+            self._queue.popleft().fail(MeshStoppedError(why))
         host = self._host
         if host is not None:
-            self._jobs.put((host.close,))
+            self._jobs.put((host.close, error) if error is not None else (host.close,))
         if done is not None:
             self._jobs.put((self._loop.call_soon_threadsafe, done))
         self._jobs.put(_STOP)

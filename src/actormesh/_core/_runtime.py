@@ -104,6 +104,7 @@ class CoreRuntime(Hosting):
         self.config = config
         _Delivery.max_bytes = config.max_message_bytes
         _Delivery.connect = self.connection
+        _Delivery.drop = self.drop_actor
         self.loop = loop
         self.key = key
         # Workers started here share their owner's directory; others make their own.
