@@ -21,9 +21,10 @@ it is written to stderr at once and recorded with the mesh, and calls raise
 records a death before any waiting call hears of it, so no race decides the outcome):
 
 - a call whose actors include a rank that *died* unhandled raises, every time; a call,
-  slice or ``choose`` that leaves the dead ranks out works as before;
-- a call to a rank whose unhandled failure left it alive (a ``broadcast`` that raised,
-  an escalation) raises once, then the failure counts as seen.
+  slice or ``choose`` that leaves the dead ranks out works as before. An actor whose
+  endpoint raised with nobody to answer (a ``broadcast``), or that did not handle a
+  failure of a mesh it owns, counts as dead: its worker dropped it (after running its
+  ``__cleanup__`` with the error), as Monarch does.
 
 A controller never learns of a failure only by noticing that something is missing. With
 a hook, the hook decides; calls that include a dead rank then fail with
