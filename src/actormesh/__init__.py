@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from ._api._supervision import set_failure_hook as set_failure_hook
     from ._config import Config as Config
     from ._core._debugger import debug as debug
+    from ._exceptions import ActorClassError as ActorClassError
     from ._exceptions import ActorDiedError as ActorDiedError
     from ._exceptions import ActorError as ActorError
     from ._exceptions import ActorInitError as ActorInitError
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Accumulator",
     "Actor",
+    "ActorClassError",
     "ActorDiedError",
     "ActorError",
     "ActorInitError",
@@ -143,6 +145,7 @@ logging.getLogger("actormesh").addHandler(logging.NullHandler())
 _WHERE: dict[str, str] = {
     "Accumulator": "._api._send",
     "Actor": "._api._actor",
+    "ActorClassError": "._exceptions",
     "ActorDiedError": "._exceptions",
     "ActorError": "._exceptions",
     "ActorInitError": "._exceptions",

@@ -15,6 +15,8 @@ The tree::
     ├── EndpointNotFoundError           the name is not an endpoint (also ``AttributeError``)
     │   └── NotAnEndpointError          a method not marked ``@endpoint`` was called (also
     │                                   ``RuntimeError``, what Monarch raises)
+    ├── ActorClassError                 a class that cannot be spawned as an actor (also
+    │                                   ``TypeError`` and ``ValueError``: Monarch's)
     ├── DimensionError                  a dimension a shape does not have, or a missing one
     │                                   (also ``ValueError``, ``KeyError`` and ``TypeError``:
     │                                   what mappings, actormesh and Monarch raise)
@@ -38,6 +40,7 @@ import builtins
 from typing import Any
 
 __all__ = [
+    "ActorClassError",
     "ActorDiedError",
     "ActorError",
     "ActorInitError",
@@ -244,6 +247,11 @@ class NotAnEndpointError(EndpointNotFoundError, RuntimeError):
     """A method the actor class has, but not marked ``@endpoint``, was called."""
 
 
+class ActorClassError(ActorMeshError, TypeError, ValueError):
+    """A class cannot be an actor: not a subclass of ``Actor``, or an endpoint whose
+    name collides with an attribute of actor meshes (``stop``, ``slice``...)."""
+
+
 class DimensionError(ActorMeshError, ValueError, KeyError, TypeError):
     """A shape has no dimension of that name (or a dimension was left out).
 
@@ -339,6 +347,7 @@ for _cls in (
     CallTimeoutError,
     EndpointNotFoundError,
     NotAnEndpointError,
+    ActorClassError,
     DimensionError,
     SerializationError,
     MessageTooLargeError,

@@ -145,7 +145,7 @@ def test_an_endpoint_named_like_a_mesh_attribute_is_rejected_at_class_definition
     def method(self: object) -> None: ...
 
     method.__name__ = name
-    with pytest.raises(TypeError, match=f"\\['{name}'\\] whose names are taken"):
+    with pytest.raises(TypeError, match=f"\\['{name}'\\]: each name collides"):
         type("Clashing", (Actor,), {name: endpoint(method)})
 
 

@@ -130,19 +130,11 @@ def test_the_same_name_may_be_spawned_twice(procs: ProcMesh) -> None:
     assert second.get_tag.call().get(timeout=30).values() == ["b"] * 4
 
 
-@pytest.mark.xfail(
-    strict=True, reason="spawn of a non-Actor class raises TypeError, not ValueError"
-)
 def test_spawn_needs_a_subclass_of_actor(procs: ProcMesh) -> None:
     with pytest.raises(ValueError, match="Actor"):
         procs.spawn("not_an_actor", object)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an endpoint named like an ActorMesh attribute raises TypeError when the class "
-    "is defined; Monarch raises ValueError at spawn",
-)
 def test_an_endpoint_named_like_a_mesh_attribute_is_refused_at_spawn(procs: ProcMesh) -> None:
     with pytest.raises(ValueError, match="collides"):
 

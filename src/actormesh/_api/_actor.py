@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._core import EndpointKind
-from .._exceptions import EndpointNotFoundError
+from .._exceptions import ActorClassError, EndpointNotFoundError
 from .._hosts import Runtime
 from .._hosts._output import CURRENT_PREFIX
 from .._shape import Point
@@ -85,13 +85,13 @@ class Actor:
         names = set(endpoint_table(cls))
         clashes = sorted(RESERVED_NAMES & names)
         if clashes:
-            raise TypeError(
-                f"{cls.__qualname__} defines endpoint(s) {clashes} whose names are taken by "
-                "actor meshes (mesh.slice, mesh.stop, ...); rename them"
+            raise ActorClassError(
+                f"{cls.__qualname__} defines endpoint(s) {clashes}: each name collides with "
+                "an attribute of actor meshes (mesh.slice, mesh.stop, ...); rename them"
             )
         private = sorted(name for name in names if name.startswith("_"))
         if private:
-            raise TypeError(
+            raise ActorClassError(
                 f"{cls.__qualname__} defines endpoint(s) {private} starting with '_': a mesh "
                 "keeps its own state in such attributes, so they cannot be reached; rename them"
             )

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from .. import _observe
 from .._core import dumps
 from .._core._envelope import SPAWN, STOP_MESH
-from .._exceptions import ActorDiedError, MeshStoppedError
+from .._exceptions import ActorClassError, ActorDiedError, MeshStoppedError
 from .._hosts import ChildProcess, Runtime
 from .._hosts._remote import Status
 from .._hosts._setup import ProcessSetup, prepare
@@ -97,7 +97,7 @@ class ProcMesh(Shaped):
         if not isinstance(name, str) or not name:
             raise TypeError(f"spawn needs a mesh name (a non-empty str) first, got {name!r}")
         if not (isinstance(actor_class, type) and issubclass(actor_class, Actor)):
-            raise TypeError(f"spawn needs a subclass of actormesh.Actor, got {actor_class!r}")
+            raise ActorClassError(f"spawn needs a subclass of actormesh.Actor, got {actor_class!r}")
         labels, sizes = self._shape.labels, self._shape.sizes
         children = self._processes.children
         ref = MeshRef(
