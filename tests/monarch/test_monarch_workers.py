@@ -93,10 +93,6 @@ def test_shutdown_context_ends_every_process_of_the_controller(job_env: dict[str
     assert result == {"first": None, "gone": [True, True], "second": None}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="run_worker_loop_until_shutdown ends its process (os._exit) instead of returning",
-)
 @pytest.mark.timeout(120)
 def test_run_worker_loop_until_shutdown_returns_once_its_host_mesh_ends(
     job_env: dict[str, str],

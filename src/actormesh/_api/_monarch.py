@@ -13,6 +13,7 @@ import dataclasses
 import enum
 import functools
 import os
+import subprocess
 import sys
 import threading
 import types
@@ -135,20 +136,19 @@ def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = 
     del ca, private_key
     from .._hosts._agent import serve_agent_listening
 
-    secret = os.environ.get("ACTORMESH_SECRET", "")
-    if not secret:
-        raise RuntimeError(
-            "run_worker_loop_forever needs the job's secret in ACTORMESH_SECRET (the "
-            "controller that attaches must have the same)"
-        )
-    serve_agent_listening(address if address.startswith("tcp://") else f"tcp://{address}", secret)
+    serve_agent_listening(_tcp(address), _secret())
 
 
 def run_worker_loop_until_shutdown(
     *, address: str, ca: Any = None, private_key: Any = None
 ) -> None:
-    """The same as ``run_worker_loop_forever`` (the agent's process ends with its owner)."""
-    run_worker_loop_forever(address=address, ca=ca, private_key=private_key)
+    """``run_worker_loop_forever``, returning once the owner lets the agent go.
+
+    The agent runs in a child process (an agent's process ends with its owner, taking
+    its workers with it); this waits for it, and the child dies with this process.
+    """
+    del ca, private_key
+    _agent_process(address).wait()
 
 
 def start_worker_loop_forever(
@@ -156,15 +156,38 @@ def start_worker_loop_forever(
 ) -> Future[None]:
     """``run_worker_loop_forever`` in a process of its own; the future resolves when it
     ends (its owner let it go)."""
-    import subprocess
+    del ca, private_key
+    process = _agent_process(address)
 
+    def wait() -> None:
+        process.wait()
+
+    runtime = Runtime.get()
+    return _from_concurrent(runtime, runtime.submit(asyncio.to_thread(wait)))
+
+
+def _agent_process(address: str) -> subprocess.Popen[bytes]:
+    _secret()  # refuse here, not in the child
     code = (
         "from actormesh.actor import run_worker_loop_forever; "
         f"run_worker_loop_forever(address={address!r})"
     )
-    process = subprocess.Popen([sys.executable, "-c", code])
-    runtime = Runtime.get()
-    return _from_concurrent(runtime, runtime.submit(asyncio.to_thread(process.wait)))  # type: ignore[arg-type]
+    env = {**os.environ, "ACTORMESH_PARENT_PID": str(os.getpid())}  # it dies with us
+    return subprocess.Popen([sys.executable, "-c", code], env=env)
+
+
+def _secret() -> str:
+    secret = os.environ.get("ACTORMESH_SECRET", "")
+    if not secret:
+        raise RuntimeError(
+            "run_worker_loop_forever needs the job's secret in ACTORMESH_SECRET (the "
+            "controller that attaches must have the same)"
+        )
+    return secret
+
+
+def _tcp(address: str) -> str:
+    return address if address.startswith("tcp://") else f"tcp://{address}"
 
 
 def attach(addr: str) -> None:
