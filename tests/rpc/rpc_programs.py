@@ -549,7 +549,7 @@ def lifetime(rank: int, world_size: int) -> dict[str, Any]:
         del a
         gc.collect()
         # w0 lets go of its fork only once w2's fork is registered with the owner.
-        wait_until(lambda: debug_info()["num_forks"] == 0, 30, "w0 to release its fork")
+        wait_until(lambda: debug_info()["num_user_rrefs"] == 0, 30, "w0 to release its fork")
         out["creator_dropped"] = rpc.rpc_sync("w1", live_tags)
         out["third_worker_reads"] = rpc.rpc_sync("w2", read_kept)
         rpc.rpc_sync("w2", drop_kept)

@@ -474,7 +474,8 @@ def _encode_call(
         payload, buffers = encode((func, args, kwargs), session)
     except SerializationError as error:
         where = _unpicklable_part(state, dest, func, args, kwargs)
-        raise SerializationError(f"cannot send {where} to {dest}: {error}") from error
+        # The same class: a FuturePickleError stays a RuntimeError, as torch's.
+        raise type(error)(f"cannot send {where} to {dest}: {error}") from error
     key = None
     if ctx is not None:
         key = engine(state).record_send(ctx, dest.id, session.grad_tensors)

@@ -91,9 +91,9 @@ def run_function(
         finish(True, result, ctx, name)
         return
     if not callable(getattr(future, "add_done_callback", None)):
-        wrong = TypeError(
-            f"{name} is decorated with async_execution but returned "
-            f"{type(future).__name__}, not a torch.futures.Future"
+        wrong = RuntimeError(
+            "Functions decorated with @rpc.async_function must return a "
+            f"torch.futures.Future object, but got {type(future)} (from {name})"
         )
         finish(False, wrong, ctx, name)
         return
@@ -124,9 +124,18 @@ def _execute(
         eng = engine(state)
         ctx = eng.incoming(context_id, src)
         session = DecodeSession(state, src, ctx if key is not None else None)
-        fn, args, kwargs = decode(payload, buffers, session)
+        try:
+            fn, args, kwargs = decode(payload, buffers, session)
+        except (AttributeError, ImportError) as error:
+            raise RuntimeError(
+                "RPC pickler does not serialize function code. Ensure that UDFs are defined "
+                f"on both caller and callee modules. ({type(error).__name__}: {error})"
+            ) from error
         if key is not None and ctx is not None:
             eng.record_recv(ctx, key, src, session.recv_tensors)
+        # As torch: the function sees the RRefs in its arguments confirmed by their owners.
+        for confirmation in session.confirmations:
+            confirmation.result()
     except BaseException as error:
         finish(False, error, ctx, "(unpickling the call)")
         return

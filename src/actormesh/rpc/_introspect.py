@@ -5,7 +5,8 @@ torch's names and keys (values are ints where torch gives strings; ``int()`` rea
 both)::
 
     _rref_context_get_debug_info()  num_owner_rrefs, num_forks, num_pending_users,
-                                    num_pending_futures (+ num_pending_children)
+                                    num_pending_futures (+ num_user_rrefs,
+                                    num_pending_children)
     autograd._get_debug_info()      num_autograd_contexts, num_current_backward_passes
     _get_current_rpc_agent()        .get_worker_info(name), .get_worker_infos(),
                                     .get_debug_info() (agent.* keys)
@@ -32,10 +33,11 @@ def _rref_context_get_debug_info() -> dict[str, int]:
     """This worker's RRef bookkeeping, under torch's keys.
 
     ``num_owner_rrefs``: values owned here that some other worker references;
-    ``num_forks``: user RRefs held here; ``num_pending_users``: those the owner has not
-    confirmed yet; ``num_pending_futures``: values announced to this owner and not yet
-    created; ``num_pending_children``: RRefs sent on whose receiver has not yet
-    registered with the owner.
+    ``num_forks``: the references to them (forks) this owner knows of;
+    ``num_pending_futures``: values announced to this owner and not yet created;
+    ``num_user_rrefs``: user RRefs held here; ``num_pending_users``: those whose owner
+    has not confirmed them yet; ``num_pending_children``: RRefs sent on whose receiver
+    has not yet registered with the owner.
     """
     state = current()
     owned = owners(state)
@@ -44,7 +46,8 @@ def _rref_context_get_debug_info() -> dict[str, int]:
         return {
             "num_owner_rrefs": len(owned.entries),
             "num_pending_futures": sum(1 for e in owned.entries.values() if not e.created),
-            "num_forks": len(users.forks),
+            "num_forks": sum(len(e.forks) for e in owned.entries.values()),
+            "num_user_rrefs": len(users.forks),
             "num_pending_users": sum(1 for f in users.forks.values() if not f.confirmed),
             "num_pending_children": sum(len(f.pending) for f in users.forks.values()),
         }

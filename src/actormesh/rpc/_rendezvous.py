@@ -223,10 +223,14 @@ def _serve(
     peers: list[socket.socket] = []
     try:
         problem = ""
-        while len(members) < me.world_size:
+        # Every other worker is waited for even after a conflict, so that all of them
+        # get the same error (one that arrives later would wait for rank 0 in vain).
+        while len(peers) < me.world_size - 1:
             try:
                 sock, record = arrivals.get(timeout=_left(deadline))
             except queue.Empty:
+                if problem:
+                    break
                 missing = sorted(set(range(me.world_size)) - set(members))
                 raise RpcTimeoutError(
                     f"init_rpc: rank(s) {missing} did not join the rendezvous at "
@@ -239,9 +243,10 @@ def _serve(
                 sock.close()  # JSON, but not a record of ours
                 continue
             peers.append(sock)
-            problem = _conflict(members, member, me.world_size)
-            if problem:
-                break
+            conflict = _conflict(members, member, me.world_size)
+            if conflict:
+                problem = problem or conflict
+                continue
             members[member.rank] = member
         gate.close()
         if problem:

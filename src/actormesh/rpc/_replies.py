@@ -16,13 +16,14 @@ from pickle import PickleBuffer
 from typing import TYPE_CHECKING, Any
 
 from .._core._envelope import error_from_payload, error_payload
+from .._exceptions import ActorError
 from ._dist_autograd import Context, engine
 from ._wire import DecodeSession, EncodeSession, decode, encode
 
 if TYPE_CHECKING:
     from ._state import RpcState
 
-__all__ = ["decode_reply", "encode_reply", "failure_reply"]
+__all__ = ["decode_reply", "encode_reply", "failure_reply", "remote_error"]
 
 
 def encode_reply(state: RpcState, value: Any, dest: int, ctx: Context | None) -> tuple[Any, ...]:
@@ -41,10 +42,33 @@ def failure_reply(state: RpcState, error: BaseException, what: str) -> tuple[Any
     return (False, payload)
 
 
+def remote_error(payload: Any) -> BaseException:
+    """The error a caller raises for a failure reply.
+
+    It is an ``actormesh.ActorError`` that is also an instance of the remote exception's
+    type. When that exception cannot be rebuilt here (its class cannot be imported, or it
+    does not unpickle), it is a ``RuntimeError`` naming it, as torch's is.
+    """
+    error = error_from_payload(payload)
+    if error.cause is not None:
+        return error
+    message = (
+        f"The remote exception could not be rebuilt here. Original exception on remote "
+        f"side was {error.cause_type}: {error.cause_message}\n{error.remote_traceback}"
+    )
+    return ActorError.wrap(
+        RuntimeError(message),
+        remote_traceback=error.remote_traceback,
+        mesh=error.mesh,
+        point=error.point,
+        endpoint=error.endpoint,
+    )
+
+
 def decode_reply(state: RpcState, reply: tuple[Any, ...], src: int, ctx: Context | None) -> Any:
     """The value of a reply from ``src``, or raise the remote error it carries."""
     if not reply[0]:
-        raise error_from_payload(reply[1])
+        raise remote_error(reply[1])
     _, key, payload, *buffers = reply
     session = DecodeSession(state, src, ctx if key is not None else None)
     value = decode(payload, buffers, session)

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import torch
 
 from ._dist_autograd import current_context
-from ._errors import RpcNotInitialized
+from ._errors import RpcNotInitialized, RpcTimeoutError
 from ._execute import Deferred, is_async_execution
 from ._options import UNSET_RPC_TIMEOUT, resolve_timeout
-from ._replies import decode_reply
+from ._replies import decode_reply, remote_error
 from ._rref_table import OwnerEntry, forks, owners
 from ._state import current_or_none
 from ._wire import EncodeSession, current_decode, register_reducer
@@ -159,9 +159,21 @@ class RRef(Generic[T]):
         if self._entry is not None:
             value: T = self._entry.wait(seconds)
             return value
+        if state.closed:
+            raise RpcNotInitialized(
+                f"User RRef with RRefId={_guid(self._id)} and ForkId={_guid(self._fork)} has "
+                "been deleted. Cannot call to_here() on it after deletion."
+            )
         creation = self._creation
-        if creation is not None and creation.done() and creation.exception() is not None:
-            raise creation.exception()  # type: ignore[misc]
+        if creation is not None and creation.done():
+            error = creation.exception()
+            if isinstance(error, RpcTimeoutError):
+                raise RpcTimeoutError(
+                    f"RRef creation via rpc.remote() to {self._owner} timed out, and the value "
+                    f"may not exist on the owner: {error}"
+                ) from error
+            if error is not None:
+                raise error
         fetched: T = self._fetch(seconds).result()
         return fetched
 
@@ -263,6 +275,11 @@ class RRef(Generic[T]):
         """
         from . import _api
 
+        if self._entry is None and dist_autograd_ctx_id == -1:
+            raise RuntimeError("User RRefs require 'dist_autograd_ctx_id' to be specified")
+        if self._entry is not None:
+            _backward_on_owner(self, dist_autograd_ctx_id, retain_graph)
+            return
         _api.rpc_sync(
             self._owner, _backward_on_owner, args=(self, dist_autograd_ctx_id, retain_graph)
         )
@@ -286,13 +303,12 @@ class RRef(Generic[T]):
     def _created(self, ok: bool, value: Any) -> None:
         """The outcome of the ``remote()`` call that made this RRef (loop thread)."""
         creation = self._creation
+        # Settled either way: the fork no longer counts as pending.
+        forks(self._state).confirm(self._fork)
         if ok:
             self._confirmed = True
-            forks(self._state).confirm(self._fork)
             if not value[0]:
-                from .._core._envelope import error_from_payload
-
-                ok, value = False, error_from_payload(value[1])
+                ok, value = False, remote_error(value[1])
         if creation is not None:
             if ok:
                 creation.set_result(None)
@@ -310,7 +326,8 @@ class RRef(Generic[T]):
 
     def __reduce__(self) -> Any:
         raise RuntimeError(
-            "an RRef can only be pickled inside an RPC (as an argument or a return value)"
+            "Can not pickle rref in python pickler, rref can only be pickled when using "
+            "RPC (as an argument or a return value)"
         )
 
     def __repr__(self) -> str:
@@ -366,6 +383,8 @@ def _type_on_owner(rref: RRef[Any]) -> type:
 
 def _backward_on_owner(rref: RRef[Any], context_id: int, retain_graph: bool) -> None:
     value = rref.local_value()
+    if not isinstance(value, torch.Tensor):
+        raise RuntimeError("RRef should contain a tensor for .backward()")
     if context_id == -1:
         value.backward(retain_graph=retain_graph)
     else:
@@ -426,16 +445,21 @@ def _rebuild(rref_id: Id, owner: int, fork: Id) -> RRef[Any]:
     rref = RRef._make(state, rref_id, state.workers[owner], fork, None, confirmed=src == owner)
     forks(state).register(fork, rref_id, owner, confirmed=src == owner)
     if src != owner:
-        _confirm(state, rref, src)
+        session.confirmations.append(_confirm(state, rref, src))
     return rref
 
 
-def _confirm(state: RpcState, rref: RRef[Any], parent: int) -> None:
-    """Register ``rref``'s fork with the owner, then let the parent release its hold."""
+def _confirm(state: RpcState, rref: RRef[Any], parent: int) -> ConcurrentFuture[None]:
+    """Register ``rref``'s fork with the owner, then let the parent release its hold.
+
+    Returns a future that completes once the owner has answered (either way): a callee
+    runs the function only after the forks in its arguments are confirmed, as torch's.
+    """
     import weakref
 
     ref = weakref.ref(rref)
     fork = rref._fork
+    confirmed: ConcurrentFuture[None] = ConcurrentFuture()
 
     def done(ok: bool, value: Any) -> None:
         alive = ref()
@@ -444,6 +468,7 @@ def _confirm(state: RpcState, rref: RRef[Any], parent: int) -> None:
             if alive is not None:
                 alive._confirmed = True
         state.post(parent, "rref_accept", (state.me.id, fork))
+        confirmed.set_result(None)
 
     state.request(
         rref._owner.id,
@@ -453,6 +478,7 @@ def _confirm(state: RpcState, rref: RRef[Any], parent: int) -> None:
         what=f"registering an RRef fork with {rref._owner}",
         timeout=None,
     )
+    return confirmed
 
 
 register_reducer(RRef, _reduce)

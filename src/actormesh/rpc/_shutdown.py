@@ -269,3 +269,14 @@ def teardown(state: RpcState) -> None:
     with contextlib.suppress(Exception):
         own = runtime.connection(runtime.listen_path)
         runtime.send(own, (STOP_MESH, 0, state.agents[state.me.id]), [])
+    # Frames still queued on the loop (the last barrier's answers, the goodbyes) leave
+    # before this returns: the process may exit at once, without atexit handlers (a
+    # multiprocessing child ends with os._exit), and peers would find them lost.
+    if not runtime.in_loop_thread():
+        with contextlib.suppress(Exception):
+            runtime.run_sync(_loop_turns(3), timeout=2.0)
+
+
+async def _loop_turns(count: int) -> None:
+    for _ in range(count):
+        await asyncio.sleep(0)

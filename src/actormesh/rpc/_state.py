@@ -131,8 +131,9 @@ class RpcState:
             found = self.by_name.get(to)
             if found is not None:
                 return found
-        elif isinstance(to, int) and 0 <= to < len(self.workers):
-            return self.workers[to]
+        elif isinstance(to, int):
+            if 0 <= to < len(self.workers):
+                return self.workers[to]
         else:
             raise TypeError(
                 f"a destination must be a worker name, a rank or a WorkerInfo, not {to!r}"

@@ -33,6 +33,7 @@ from .._exceptions import SerializationError
 
 __all__ = [
     "DecodeSession",
+    "FuturePickleError",
     "EncodeSession",
     "current_decode",
     "decode",
@@ -42,6 +43,13 @@ __all__ = [
 
 Reducer = Callable[[Any, "EncodeSession"], Any]
 _reducers: dict[type, Reducer] = {}
+
+
+class FuturePickleError(SerializationError, RuntimeError):
+    """A ``torch.futures.Future`` was to be sent in an RPC (torch's RuntimeError)."""
+
+
+FuturePickleError.__module__ = "actormesh.rpc._wire"
 
 
 def register_reducer(cls: type, reducer: Reducer) -> None:
@@ -85,15 +93,18 @@ class DecodeSession:
         state: the process' RPC state.
         ctx: the distributed autograd context the message belongs to, or ``None``.
         recv_tensors: tensors rebuilt from the sender's recorded ones, by their index.
+        confirmations: futures of the RRef forks rebuilt here that the owner has yet to
+            confirm.
     """
 
-    __slots__ = ("ctx", "recv_tensors", "src", "state")
+    __slots__ = ("confirmations", "ctx", "recv_tensors", "src", "state")
 
     def __init__(self, state: Any, src: int, ctx: Any = None) -> None:
         self.state = state
         self.src = src
         self.ctx = ctx
         self.recv_tensors: dict[int, Any] = {}
+        self.confirmations: list[Any] = []
 
 
 class _RpcPickler(_Pickler):
@@ -109,13 +120,21 @@ class _RpcPickler(_Pickler):
         if special is not None:
             return special(obj, self.session)
         session = self.session
-        if session.ctx is not None and kind.__module__.startswith("torch"):
+        if kind.__module__.startswith("torch"):
             import torch
 
-            if (kind is torch.Tensor or kind is torch.nn.Parameter) and obj.requires_grad:
-                index = len(session.grad_tensors)
-                session.grad_tensors.append(obj)
-                return _recv_grad_tensor, (index, obj.detach())
+            if isinstance(obj, torch._C.Future):
+                raise FuturePickleError(
+                    "Can not pickle torch.futures.Future: a future only exists where it "
+                    "was made (return its value, or use async_execution)"
+                )
+            if kind is torch.Tensor or kind is torch.nn.Parameter:
+                if session.ctx is not None and obj.requires_grad:
+                    index = len(session.grad_tensors)
+                    session.grad_tensors.append(obj)
+                    return _recv_grad_tensor, (index, obj.detach())
+                if obj.layout == torch.strided and not obj.is_contiguous() and obj.numel():
+                    return _strided_view(obj)
         if kind is types.FunctionType or isinstance(obj, type):
             module = getattr(obj, "__module__", None)
             if module in ("__main__", "__mp_main__") and "<" not in obj.__qualname__:
@@ -159,6 +178,19 @@ def decode(payload: Any, buffers: Any, session: DecodeSession) -> Any:
 def current_decode() -> DecodeSession | None:
     """The session of the message being unpickled on this thread, if any."""
     return getattr(_decoding, "session", None)
+
+
+def _strided_view(tensor: Any) -> Any:
+    """A non-contiguous tensor travels as the span of storage it covers, and arrives as
+    the same view of it (same strides), as torch's RPC keeps views."""
+    span = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    flat = tensor.detach().as_strided((span,), (1,), tensor.storage_offset())
+    return _rebuild_view, (flat, tuple(tensor.shape), tuple(tensor.stride()), tensor.requires_grad)
+
+
+def _rebuild_view(flat: Any, shape: tuple[int, ...], stride: tuple[int, ...], grad: bool) -> Any:
+    view = flat.as_strided(shape, stride)
+    return view.requires_grad_(True) if grad else view
 
 
 def _recv_grad_tensor(index: int, tensor: Any) -> Any:
