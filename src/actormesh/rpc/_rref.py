@@ -386,7 +386,7 @@ def _backward_on_owner(rref: RRef[Any], context_id: int, retain_graph: bool) -> 
     if not isinstance(value, torch.Tensor):
         raise RuntimeError("RRef should contain a tensor for .backward()")
     if context_id == -1:
-        value.backward(retain_graph=retain_graph)
+        torch.autograd.backward([value], retain_graph=retain_graph)
     else:
         from .autograd import backward
 
