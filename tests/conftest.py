@@ -16,6 +16,7 @@ import signal
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,3 +148,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     )
     for line in _leak_report:
         terminalreporter.line(f"  {line}", red=True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _keep_breakpoint_setting() -> Iterator[None]:
+    """``ray.init`` points ``PYTHONBREAKPOINT`` of this process at Ray's debugger, and does
+    not undo it: put it back after each module, so later tests' processes do not inherit
+    it (an actormesh worker honours ``PYTHONBREAKPOINT`` when it is set)."""
+    before = os.environ.get("PYTHONBREAKPOINT")
+    yield
+    if before is None:
+        os.environ.pop("PYTHONBREAKPOINT", None)
+    else:
+        os.environ["PYTHONBREAKPOINT"] = before

@@ -150,3 +150,22 @@ def test_partition_balances_bytes_and_is_the_same_everywhere() -> None:
 def test_bad_layout_fails_at_the_call(trainers: Any, generators: Any) -> None:
     with pytest.raises(ValueError, match="layout"):
         sync_weights(trainers, generators, version=1, layout="mirrored")  # type: ignore[arg-type]
+
+
+def test_a_slice_of_a_mesh_forms_a_group_and_syncs_its_weights(generators: Any) -> None:
+    # The layouts are keyed by each actor's place in its whole mesh, not by its place in
+    # the slice a system call is sent to (current_rank()).
+    mesh = actor_mesh(TorchWorker, (64, 0), shape={"dp": 3}, name="sliced").get(timeout=60)
+    try:
+        tail = mesh.slice(dp=slice(1, 3))
+        setup_process_group(tail).get(timeout=60)
+        assert tail.all_reduce.call(1.0).get(timeout=60).values() == [2.0, 2.0]
+        tail.train_step.call(seed=3).get(timeout=60)
+        expected = tail.slice(dp=1).output.call_one().get(timeout=30)
+        (label,) = generators.extent.labels
+        first_two = generators.slice(**{label: slice(0, 2)})
+        sync_weights(tail, first_two, version=9).get(timeout=60)
+        outputs = generators.output.call().get(timeout=30).values()
+        assert outputs[:2] == [expected, expected]
+    finally:
+        mesh.stop().get(timeout=30)

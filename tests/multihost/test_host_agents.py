@@ -328,3 +328,22 @@ def test_rdma_buffers_are_read_and_written_across_hosts(procs: ProcMesh) -> None
     buffer.drop().get(timeout=30)
     with pytest.raises(KeyError, match="dropped"):
         second.read.call_one(buffer, numel).get(timeout=60)
+
+
+def test_ports_carry_messages_across_hosts_in_order(procs: ProcMesh) -> None:
+    from port_actors import Relay
+
+    from actormesh.actor import Channel
+
+    relays = procs.slice(gpus=0).spawn("relays", Relay)
+    port, receiver = Channel.open()
+    # Each actor, on its own host, sends 50 messages to a receiver in the controller.
+    relays.send_many.call(port, 50).get(timeout=60)
+    got = [receiver.recv().get(timeout=30) for _ in range(150)]
+    for rank in (0, 1, 2):
+        assert [i for r, i, _ in got if r == rank] == list(range(50))  # in order per sender
+    # An actor's own channel, fed by an actor on another host.
+    their_port = relays.slice(hosts=2).my_port.call_one().get(timeout=30)
+    relays.slice(hosts=0).send_many.call_one(their_port, 20).get(timeout=30)
+    received = relays.slice(hosts=2).receive.call_one(20).get(timeout=30)
+    assert [i for _, i, _ in received] == list(range(20))

@@ -19,7 +19,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_cluster() -> Iterator[Any]:
     """One local Ray node: 4 CPUs (actors take fractions) and 2 of a custom resource."""
     ray = pytest.importorskip("ray", reason="actormesh.ray needs ray (a dev dependency)")

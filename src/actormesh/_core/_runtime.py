@@ -334,8 +334,11 @@ class CoreRuntime(Hosting):
         host, port = parse_tcp(address)
         with self._conns_lock:
             listener = self._tcp_listeners.pop((host, port), None)
+            others = {bound for bound, _ in self._tcp_listeners}
         if listener is not None:
             listener.close()
+            if self.advertise == host and host not in others:
+                self.advertise = None  # new workers no longer listen there
 
     @property
     def limits(self) -> Limits:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import logging
 import os
@@ -179,7 +180,15 @@ class Runtime(CoreRuntime):
             "ACTORMESH_SECRET": self.secret,
         }
         if tcp is None and self.advertise is not None:
-            tcp = listening_socket(self.advertise)
+            try:
+                tcp = listening_socket(self.advertise)
+            except OSError as error:
+                if error.errno != errno.EADDRNOTAVAIL:
+                    raise
+                # The interface this process advertised is gone (a network namespace or
+                # a VPN torn down): new workers are reached on this host only.
+                log.warning("interface %s is gone; workers listen locally", self.advertise)
+                self.advertise = None
         if tcp is not None:
             host, port = tcp.getsockname()[:2]
             path = dual_address(path, format_tcp(host, port))

@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from actormesh._api._context import current_rank
+from actormesh._api._context import context
 from actormesh._api._future import Future
 from actormesh._api._proc_mesh import _from_concurrent
 from actormesh._api._system import ActorHost, run_in_actors
@@ -124,7 +124,7 @@ def _probe(host: ActorHost, leader: int, key: str, timeout: float) -> dict[str, 
         "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
         "initialized": torch.distributed.is_initialized(),
     }
-    if current_rank().rank == leader:
+    if context().actor_instance.rank.rank == leader:
         import torch.distributed as dist
 
         # torch documents TCPStore here but does not re-export it explicitly for mypy.
@@ -157,7 +157,7 @@ def _join(
     import torch
     import torch.distributed as dist
 
-    rank, local_rank, local_world = layout[current_rank().rank]
+    rank, local_rank, local_world = layout[context().actor_instance.rank.rank]
     if dist.is_initialized():
         _STORES.pop(key, None)
         raise RuntimeError(

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from actormesh._api._context import current_rank
+from actormesh._api._context import context
 from actormesh._api._future import Future
 from actormesh._api._proc_mesh import _from_concurrent
 from actormesh._api._system import ActorHost, run_in_actors
@@ -170,7 +170,9 @@ def _push(
 ) -> tuple[int, int]:
     """In a trainer: send its part to the generators; ``(bytes of the part, delivered)``."""
     state = _state_of(host.instance, get_state)
-    part, parts = order[current_rank().rank], len(order)
+    # The actor's place in its whole mesh: the order is keyed by it, whatever slice
+    # this system call was sent to (current_rank() would be relative to that slice).
+    part, parts = order[context().actor_instance.rank.rank], len(order)
     if layout == "replicated":
         sizes = {name: _nbytes(t) for name, t in state.items()}
         names = partition(sizes, parts)[part]
