@@ -382,7 +382,17 @@ class _OwnProcess(ChildProcess):
     """This very process, as the one member of ``this_proc()``: never signalled."""
 
     def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
         super().__init__(runtime.key, 0, runtime.address, Status(os.getpid()))  # type: ignore[arg-type]
+
+    @property
+    def listen_path(self) -> str:
+        """This process' address now: dual once it listens where other hosts reach it."""
+        return self._runtime.address
+
+    @listen_path.setter
+    def listen_path(self, value: str) -> None:
+        pass  # always the runtime's
 
     def alive(self) -> bool:
         return True

@@ -36,6 +36,7 @@ from .._transport import (
     TcpListener,
     TransportClosed,
     connect_address,
+    dual_address,
     format_tcp,
     is_abstract,
     is_tcp,
@@ -44,6 +45,7 @@ from .._transport import (
     private_socket_dir,
     route,
     route_source,
+    tcp_part,
 )
 from .._transport._connection import CloseHandler
 from .._transport._frames import Buffer
@@ -327,6 +329,9 @@ class CoreRuntime(Hosting):
         listener.start()
         if sock is None and self.advertise is None and not _local_only(listener.host):
             self.advertise = listener.host
+            if self.address == self.listen_path:
+                # Other hosts reach this process (its ports, its own actors) there too.
+                self.address = dual_address(self.listen_path, listener.address)
         return listener.address
 
     def stop_listening(self, address: str) -> None:
@@ -339,6 +344,8 @@ class CoreRuntime(Hosting):
             listener.close()
             if self.advertise == host and host not in others:
                 self.advertise = None  # new workers no longer listen there
+                if tcp_part(self.address) == address:
+                    self.address = self.listen_path
 
     @property
     def limits(self) -> Limits:
