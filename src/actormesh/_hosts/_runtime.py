@@ -131,7 +131,7 @@ class Runtime(CoreRuntime):
         """
         children: list[ChildProcess] = []
         progress = Progress(
-            self.loop, f"spawning {len(specs)} processes", "joined", len(specs), self._progress()
+            self.loop, f"spawning {len(specs)} processes", "joined", len(specs), self.progress_mode
         )
         try:
             for key, rank, extra_env in specs:
@@ -160,8 +160,10 @@ class Runtime(CoreRuntime):
                 self._hello.pop(child.listen_path, None)
         return children
 
-    def _progress(self) -> str:
-        # Only the controller's terminal shows progress; its workers' stderr is no one's.
+    @property
+    def progress_mode(self) -> str:
+        """``Config.progress`` in the controller; "never" in workers (whose stderr is no
+        one's terminal)."""
         return self.config.progress if self._parent is None else "never"
 
     def _launch(
@@ -531,7 +533,7 @@ class Runtime(CoreRuntime):
                     conn.send([env.encode_header((env.SHUTDOWN,))])
         progress = Progress(
             self.loop, f"stopping {len(children)} processes", "exited", len(children),
-            self._progress(),
+            self.progress_mode,
         )  # fmt: skip
         for sig, wait in ((None, grace), (signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
             alive = [c for c in children if c.alive()]

@@ -12,6 +12,7 @@ version (`weights_version`).
 
 from __future__ import annotations
 
+import asyncio
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -23,6 +24,7 @@ from actormesh._api._future import Future
 from actormesh._api._proc_mesh import _from_concurrent
 from actormesh._api._system import ActorHost, run_in_actors
 from actormesh._hosts import Runtime
+from actormesh._hosts._progress import Progress
 from actormesh._shape import Point, ValueMesh
 
 if TYPE_CHECKING:
@@ -102,14 +104,35 @@ def sync_weights(
     async def run() -> SyncReport:
         started = time.perf_counter()
         order = {root: part for part, root in enumerate(source._shape.ranks)}
-        sent = await run_in_actors(
-            source, _push, target, version, order, get_state, set_state, layout, select
+        # One call per trainer, so a long sync can say how many have sent their part.
+        trainers = [source.slice(**dict(point)) for point in source._shape.points()]
+        progress = Progress(
+            runtime.loop,
+            f"weight sync v{version}",
+            "trainers sent",
+            len(trainers),
+            runtime.progress_mode,
         )
+        sent: list[tuple[int, int]] = []
+        try:
+            pending = [
+                _awaited(
+                    run_in_actors(
+                        one, _push, target, version, order, get_state, set_state, layout, select
+                    )
+                )
+                for one in trainers
+            ]
+            for done in asyncio.as_completed(pending):
+                sent.extend((await done).values())
+                progress.update(len(sent))
+        finally:
+            progress.done()
         seconds = time.perf_counter() - started
         return SyncReport(
             version,
-            sum(nbytes for nbytes, _ in sent.values()),
-            sum(delivered for _, delivered in sent.values()),
+            sum(nbytes for nbytes, _ in sent),
+            sum(delivered for _, delivered in sent),
             seconds,
         )
 
@@ -236,3 +259,7 @@ def _sendable(tensor: torch.Tensor) -> torch.Tensor:
 
 def _nbytes(tensor: torch.Tensor) -> int:
     return int(tensor.numel() * tensor.element_size())
+
+
+async def _awaited(future: Future[ValueMesh[tuple[int, int]]]) -> ValueMesh[tuple[int, int]]:
+    return await future
