@@ -15,8 +15,10 @@ Messages that arrive before this process has finished ``init_rpc`` wait for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
-from collections.abc import Awaitable, Callable
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._core import EndpointKind
@@ -56,13 +58,28 @@ class Agent:
     def __init__(self) -> None:
         self.context = contextvars.copy_context()
         self.state: RpcState | None = None
-        self._ready: asyncio.Future[None] | None = None
+        # Messages that came before ``activate``, in arrival order, with their answers.
+        self._early: list[tuple[str, tuple[Any, ...], asyncio.Future[Any]]] = []
 
     def activate(self, state: RpcState) -> None:
-        """Start serving with ``state`` (loop thread); releases messages that waited."""
+        """Start serving with ``state`` (loop thread).
+
+        Messages that came first are handled here, in arrival order, before any later
+        one: a later message must never overtake them (a call that passes an RRef would
+        otherwise reach the owner before the ``remote`` that created it).
+        """
+        early, self._early = self._early, []
+        for endpoint, args, answer in early:
+            try:
+                outcome = _dispatch(state, endpoint, args)
+            except BaseException as error:
+                answer.set_exception(error)
+                continue
+            if outcome is None:
+                answer.set_result(None)
+            else:
+                outcome.add_done_callback(functools.partial(_relay, answer))
         self.state = state
-        if self._ready is not None and not self._ready.done():
-            self._ready.set_result(None)
 
     def kind(self, endpoint: str) -> EndpointKind:
         if endpoint not in _ENDPOINTS:
@@ -72,21 +89,22 @@ class Agent:
     def invoke(self, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         state = self.state
         if state is None:
-            return self._when_ready(endpoint, args)
-        return _dispatch(state, endpoint, args)
-
-    async def _when_ready(self, endpoint: str, args: tuple[Any, ...]) -> Any:
-        if self._ready is None:
-            self._ready = asyncio.get_running_loop().create_future()
-        await self._ready
-        assert self.state is not None
-        return await _dispatch(self.state, endpoint, args)
+            answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._early.append((endpoint, args, answer))
+            return answer
+        outcome = _dispatch(state, endpoint, args)
+        return _done() if outcome is None else outcome
 
     def close(self) -> None:
         self.state = None
+        early, self._early = self._early, []
+        for _, _, answer in early:  # any thread: their loop fails them
+            with contextlib.suppress(RuntimeError):
+                answer.get_loop().call_soon_threadsafe(_never_started, answer)
 
 
-def _dispatch(state: RpcState, endpoint: str, args: tuple[Any, ...]) -> Awaitable[Any]:
+def _dispatch(state: RpcState, endpoint: str, args: tuple[Any, ...]) -> asyncio.Future[Any] | None:
+    """Run the handler; its reply future, or ``None`` when it is done already."""
     handler, counted, direct = _ENDPOINTS[endpoint]
     if state.closed and counted and not direct:
         raise MeshStoppedError(f"RPC has shut down on worker {state.me.name!r}")
@@ -94,13 +112,29 @@ def _dispatch(state: RpcState, endpoint: str, args: tuple[Any, ...]) -> Awaitabl
     if result is None:
         if counted:
             state.processed += 1
-        return _done()
+        return None
     # Tracked until answered, so that leaving the group answers whatever is still open.
     state.open_replies.add(result)
     result.add_done_callback(state.open_replies.discard)
     if counted:
         result.add_done_callback(lambda _: _count(state))
     return result
+
+
+def _never_started(answer: asyncio.Future[Any]) -> None:
+    if not answer.done():
+        answer.set_exception(MeshStoppedError("the RPC agent stopped before it started"))
+
+
+def _relay(answer: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:
+    if answer.done():
+        return
+    if done.cancelled():
+        answer.cancel()
+    elif done.exception() is not None:
+        answer.set_exception(done.exception())  # type: ignore[arg-type]
+    else:
+        answer.set_result(done.result())
 
 
 def _count(state: RpcState) -> None:

@@ -109,7 +109,9 @@ def init_rpc(
     if current_or_none() is not None:
         raise RuntimeError("RPC is already initialized in this process")
     name = check_worker_name(name)
-    if backend is not None and getattr(backend, "name", None) != BackendType.TENSORPIPE.name:
+    if backend is not None and not isinstance(getattr(backend, "name", None), str):
+        raise TypeError(f"Argument backend must be a member of BackendType, not {backend!r}")
+    if backend is not None and backend.name != BackendType.TENSORPIPE.name:
         raise TypeError(f"unsupported RPC backend {backend!r}; use BackendType.TENSORPIPE")
     options = rpc_backend_options
     check_options(options, backend)

@@ -104,7 +104,9 @@ class Engine:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._keys = itertools.count()
-        self.passes = 0  # backward passes running here (root calls and incoming grads)
+        # Contexts with backward work running here (root calls and incoming gradients),
+        # with how much of it: torch counts one backward pass per context and worker.
+        self._active: dict[int, int] = {}
         state.peer_listeners.append(self._peer_gone)
 
     # -- contexts -------------------------------------------------------------------------
@@ -185,28 +187,55 @@ class Engine:
 
     def backward(self, context_id: int, roots: Sequence[torch.Tensor]) -> None:
         """Run the distributed backward pass from ``roots``; returns when it is done."""
+        # torch's argument checks, with its messages.
+        if not isinstance(context_id, int) or not isinstance(roots, Sequence):
+            raise TypeError(
+                "backward(): incompatible function arguments: expected (context_id: int, "
+                f"roots: list[Tensor]), got ({type(context_id).__name__}, "
+                f"{type(roots).__name__})"
+            )
         ctx = self.get(context_id)
+        if not roots:
+            raise RuntimeError("No tensors provided for gradient computation.")
         for root in roots:
             if not isinstance(root, torch.Tensor):
-                raise TypeError(f"backward roots must be tensors, not {type(root).__name__}")
+                raise TypeError(
+                    f"backward(): incompatible function arguments: roots must be tensors, "
+                    f"not {type(root).__name__}"
+                )
             if not root.requires_grad:
-                raise RuntimeError("a backward root does not require grad and has no grad_fn")
+                raise RuntimeError(f"requires_grad not set on root: {root}")
             if root.numel() != 1:
                 raise RuntimeError(
-                    f"backward roots must be scalars, but one has shape {tuple(root.shape)}"
+                    f"Tensor of shape {tuple(root.shape)} is not a scalar, all roots need to "
+                    "be scalar"
                 )
-        self.count_pass(1)
+            if root.grad_fn is None:
+                raise RuntimeError(
+                    f"Tensor {root} does not have a valid gradient function. Please make sure "
+                    "it is a result of differentiable operations"
+                )
+        self.count_pass(context_id, 1)
         try:
             pending = self.run_pass(ctx, list(roots), [torch.ones_like(r) for r in roots])
             for future in pending:
                 future.result()
         finally:
-            self.count_pass(-1)
+            self.count_pass(context_id, -1)
 
-    def count_pass(self, change: int) -> None:
-        """A backward pass starts (+1) or ends (-1) on this worker."""
+    @property
+    def passes(self) -> int:
+        """Backward passes running on this worker (one per context)."""
+        return len(self._active)
+
+    def count_pass(self, context_id: int, change: int) -> None:
+        """Backward work of a context starts (+1) or ends (-1) on this worker."""
         with self._lock:
-            self.passes += change
+            left = self._active.get(context_id, 0) + change
+            if left > 0:
+                self._active[context_id] = left
+            else:
+                self._active.pop(context_id, None)
 
     def run_pass(
         self, ctx: Context, outputs: list[torch.Tensor], grad_outputs: list[torch.Tensor]
@@ -215,8 +244,15 @@ class Engine:
         leaves = _leaves(outputs)
         if not leaves:
             return []
-        grads = _vjp(outputs, leaves, grad_outputs)
+        try:
+            grads = _vjp(outputs, leaves, grad_outputs)
+        except Exception as error:
+            # As torch: the error names the worker, and stays one line as it travels back.
+            raise RuntimeError(f"Error on Node {self.state.me.id}: {error}") from None
         outgoing: dict[MsgKey, tuple[int, dict[int, torch.Tensor]]] = {}
+        # A gradient buffer that several leaves got (or that is laid out unlike its
+        # leaf) is copied before it is kept, as torch's AccumulateGrad does.
+        shared = {id(g) for g in grads if g is not None and sum(h is g for h in grads) > 1}
         with ctx.lock:
             for leaf, grad in zip(leaves, grads):
                 if grad is None:
@@ -227,7 +263,12 @@ class Engine:
                     outgoing.setdefault(key, (src, {}))[1][index] = grad
                     continue
                 known = ctx.grads.get(leaf)
-                ctx.grads[leaf] = grad if known is None else known + grad
+                if known is not None:
+                    ctx.grads[leaf] = known + grad
+                elif id(grad) in shared or not _fits(grad, leaf):
+                    ctx.grads[leaf] = _copy_like(grad, leaf)
+                else:
+                    ctx.grads[leaf] = grad
         return [self._send_grads(ctx, src, key, g) for key, (src, g) in outgoing.items()]
 
     def _send_grads(
@@ -241,7 +282,7 @@ class Engine:
             if ok:
                 future.set_result(None)
             else:
-                future.set_exception(value)
+                future.set_exception(_pass_error(value))
 
         state.request(
             dest,
@@ -252,6 +293,30 @@ class Engine:
             timeout=state.rpc_timeout or None,
         )
         return future
+
+
+def _fits(grad: torch.Tensor, leaf: torch.Tensor) -> bool:
+    """The gradient can be kept as it is: a dense one laid out as its leaf."""
+    if grad.layout != torch.strided:
+        return True
+    return grad.is_contiguous() and grad.stride() == leaf.stride()
+
+
+def _copy_like(grad: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
+    if grad.layout != torch.strided:
+        return grad.clone()
+    if leaf.layout == torch.strided and leaf.is_contiguous():
+        return grad.clone(memory_format=torch.contiguous_format)
+    return torch.empty_strided(leaf.shape, leaf.stride(), dtype=grad.dtype).copy_(grad)
+
+
+def _pass_error(error: BaseException) -> BaseException:
+    """What a failed remote pass makes this one fail with: the node's own error, unwrapped
+    (each hop would otherwise nest the whole remote traceback again)."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, RuntimeError) and str(cause).startswith("Error on Node "):
+        return RuntimeError(str(cause))
+    return error
 
 
 def _vjp(
@@ -323,8 +388,8 @@ def _handle_grads(
 ) -> Any:
     reply = state.loop.create_future()
     eng = engine(state)
-    eng.count_pass(1)
-    reply.add_done_callback(lambda _: eng.count_pass(-1))
+    eng.count_pass(context_id, 1)
+    reply.add_done_callback(lambda _: eng.count_pass(context_id, -1))
 
     def job() -> None:
         try:

@@ -88,7 +88,7 @@ def backward(context_id: int, roots: Sequence[torch.Tensor], retain_graph: bool 
         RuntimeError: the context is unknown here, a root is not a scalar requiring grad,
             or a worker of the pass failed or died (the message says which).
     """
-    engine(current()).backward(context_id, list(roots))
+    engine(current()).backward(context_id, roots)
 
 
 def get_gradients(context_id: int) -> dict[torch.Tensor, torch.Tensor]:
