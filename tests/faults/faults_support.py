@@ -21,7 +21,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,16 +107,6 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
         for fd in fds:
             os.close(fd)
     return [pid for pid in pids if not gone(pid)]
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll ``predicate`` until true; returns the seconds it took, fails after ``timeout``."""
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.005)
-    return time.monotonic() - start
 
 
 def open_fds() -> dict[int, str]:

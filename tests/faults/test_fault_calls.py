@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 from faults_actors import Worker
-from faults_support import wait_until
 
 import actormesh
 from actormesh import ActorDiedError, ActorMesh, ProcMesh, proc_mesh
+from actormesh.testing import wait_until
 
 
 @pytest.fixture

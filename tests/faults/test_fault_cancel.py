@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 from faults_actors import Cancellable
-from faults_support import wait_until
 
 from actormesh import ActorMesh, CallTimeoutError, ProcMesh, proc_mesh
+from actormesh.testing import wait_until
 
 
 @pytest.fixture

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from faults_actors import Ledger
-from faults_support import wait_until
 
 from actormesh import ActorDiedError, Future, ProcMesh, proc_mesh
 from actormesh._hosts import Runtime
+from actormesh.testing import wait_until
 
 FULL = os.environ.get("ACTORMESH_FAULTS_FULL") == "1"
 SECONDS = 30.0 if FULL else 6.0

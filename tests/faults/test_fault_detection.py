@@ -8,10 +8,11 @@ import time
 
 import pytest
 from faults_actors import Worker
-from faults_support import run_program, wait_until
+from faults_support import run_program
 
 import actormesh
 from actormesh import ActorDiedError, proc_mesh
+from actormesh.testing import wait_until
 
 FULL = os.environ.get("ACTORMESH_FAULTS_FULL") == "1"
 full_only = pytest.mark.skipif(not FULL, reason="full form only (ACTORMESH_FAULTS_FULL=1)")

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 from faults_actors import Counter, Relay, RestartRefuser
-from faults_support import gone, wait_until
+from faults_support import gone
 
 import actormesh
 from actormesh import ActorDiedError, ActorMesh, ProcMesh, proc_mesh
+from actormesh.testing import wait_until
 
 
 @pytest.fixture

@@ -9,10 +9,11 @@ import time
 
 import pytest
 from faults_actors import Worker
-from faults_support import gone, run_program, wait_until
+from faults_support import gone, run_program
 
 import actormesh
 from actormesh import ActorDiedError, MeshStoppedError, proc_mesh
+from actormesh.testing import wait_until
 
 
 def test_stop_under_load_fails_the_pending_calls_with_mesh_stopped() -> None:

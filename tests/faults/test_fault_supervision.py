@@ -8,10 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 from faults_actors import FailingInit, Supervisor, Worker
-from faults_support import gone, wait_until
+from faults_support import gone
 
 import actormesh
 from actormesh import ActorInitError, MeshStoppedError, ProcMesh, SupervisionError, proc_mesh
+from actormesh.testing import wait_until
 
 # How many times the death race is run in a row (each with fresh processes).
 REPETITIONS = 15

@@ -6,9 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 from faults_actors import Worker
-from faults_support import gone, state_of, wait_until
+from faults_support import gone, state_of
 
 from actormesh import ActorMesh, ProcMesh, proc_mesh
+from actormesh.testing import wait_until
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from groups_actors import Worker
-from groups_support import wait_until
 
 import actormesh
 from actormesh import (
@@ -21,6 +20,7 @@ from actormesh import (
     MeshBusyError,
     actor_mesh,
 )
+from actormesh.testing import wait_until
 
 FAST = 0.01  # seconds of work per call on a fast rank; the slow one takes 10 times longer
 

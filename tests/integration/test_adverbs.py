@@ -7,7 +7,6 @@ import time
 
 import pytest
 from integration_actors import Echo, Recorder, Sleeper
-from integration_support import run, wait_until
 
 from actormesh import (
     ActorError,
@@ -20,6 +19,7 @@ from actormesh import (
     SupervisionError,
     ValueMesh,
 )
+from actormesh.testing import run, wait_until
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from integration_actors import Echo
-from integration_support import run
 
 from actormesh import Actor, ActorMesh, EndpointNotFoundError, ProcMesh, endpoint
 from actormesh._api._endpoint import as_endpoint
+from actormesh.testing import run
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 from integration_actors import Echo, Oops, Recorder, Relay
-from integration_support import run
 
 from actormesh import ActorError, ActorMesh, ActorMeshError, ProcMesh, SerializationError
+from actormesh.testing import run
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import time
 
 import pytest
 from integration_actors import Echo, Relay, Sleeper
-from integration_support import run, wait_until
 
 from actormesh import ActorError, ActorMesh, CallTimeoutError, Future, ProcMesh
+from actormesh.testing import run, wait_until
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from integration_actors import Sleeper
-from integration_support import live, process_gone, run_script, wait_until
+from integration_support import run_script
 
 from actormesh import ActorDiedError, ActorMesh, Failure, MeshStoppedError, proc_mesh
+from actormesh.testing import live, process_gone, wait_until
 
 CONTROLLER = """
     import asyncio

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from integration_support import live, wait_until
 
 from actormesh import Actor, HostMesh, endpoint, host_mesh
 from actormesh._core._envelope import CAST, RELAY, decode_header
 from actormesh._hosts import Runtime
+from actormesh.testing import live, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -6,7 +6,6 @@ import os
 
 import pytest
 from integration_actors import Broken, Echo, Recorder
-from integration_support import live, run
 
 from actormesh import (
     ActorInitError,
@@ -16,6 +15,7 @@ from actormesh import (
     Shape,
     proc_mesh,
 )
+from actormesh.testing import live, run
 
 
 def worker_pids(mesh: ActorMesh[Echo]) -> list[int]:

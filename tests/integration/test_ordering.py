@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 from integration_actors import Recorder, Relay
-from integration_support import run
 
 from actormesh import ActorMesh, ProcMesh
+from actormesh.testing import run
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from integration_actors import Echo, Relay
-from integration_support import run
 
 from actormesh import ActorMesh, Point, ProcMesh, current_rank, current_size
+from actormesh.testing import run
 
 
 @pytest.fixture(scope="module")

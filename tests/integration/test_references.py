@@ -8,10 +8,10 @@ import threading
 
 import pytest
 from integration_actors import Echo, Relay
-from integration_support import wait_until
 
 from actormesh import ActorMesh, ProcMesh
 from actormesh._hosts import Runtime
+from actormesh.testing import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -23,13 +23,14 @@ from actormesh.actor import (
     start_worker_loop_forever,
     this_host,
 )
+from actormesh.testing import process_gone, wait_until
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
     from tests.monarch.monarch_actors import Echo
-    from tests.monarch.monarch_support import process_gone, tcp_listening, wait_until
+    from tests.monarch.monarch_support import tcp_listening
 else:
     from monarch_actors import Echo
-    from monarch_support import process_gone, tcp_listening, wait_until
+    from monarch_support import tcp_listening
 
 
 def attach(first_port: str, second_port: str) -> dict[str, Any]:

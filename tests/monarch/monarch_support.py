@@ -2,41 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
-
-
-def run(coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
-    """Run ``coro`` on a fresh asyncio loop, as a Monarch program's ``asyncio.run(main())``."""
-
-    async def bounded() -> T:
-        return await asyncio.wait_for(coro, timeout)
-
-    return asyncio.run(bounded())
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
-
-
-def process_gone(pid: int) -> bool:
-    """True once ``pid`` has exited (a zombie nobody reaped yet counts as exited)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return True
-    state = stat.rsplit(b")", 1)[1].split()[0]
-    return state in (b"Z", b"X")
 
 
 def tcp_listening(port: int) -> bool:

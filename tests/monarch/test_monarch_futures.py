@@ -9,13 +9,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from actormesh.actor import ActorError, Future, ProcMesh, ValueMesh, returns_future
+from actormesh.testing import run
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
     from tests.monarch.monarch_actors import Echo
-    from tests.monarch.monarch_support import run
 else:
     from monarch_actors import Echo
-    from monarch_support import run
 
 
 @pytest.fixture(scope="module")

@@ -19,13 +19,12 @@ from actormesh.actor import (
     this_host,
     this_proc,
 )
+from actormesh.testing import run
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
     from tests.monarch.monarch_actors import BOOT_VARIABLE, Echo, mark_booted
-    from tests.monarch.monarch_support import run
 else:
     from monarch_actors import BOOT_VARIABLE, Echo, mark_booted
-    from monarch_support import run
 
 WHOLE = {"nodes": 2, "gpus": 2}
 

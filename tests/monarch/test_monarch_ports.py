@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from actormesh.actor import Channel, Port, PortReceiver, ProcMesh, send
+from actormesh.testing import run
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
     from tests.monarch.monarch_actors import Echo, PortUser, SyncCounter
-    from tests.monarch.monarch_support import run
 else:
     from monarch_actors import Echo, PortUser, SyncCounter
-    from monarch_support import run
 
 ALL_POINTS = [
     {"nodes": 0, "gpus": 0},

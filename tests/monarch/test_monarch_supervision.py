@@ -17,13 +17,12 @@ import pytest
 
 import actormesh.actor
 from actormesh.actor import ActorError, MeshFailure, ProcMesh, this_host
+from actormesh.testing import wait_until
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
     from tests.monarch.monarch_actors import Echo, Parent, Victim
-    from tests.monarch.monarch_support import wait_until
 else:
     from monarch_actors import Echo, Parent, Victim
-    from monarch_support import wait_until
 
 
 @dataclass

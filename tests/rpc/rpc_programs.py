@@ -197,7 +197,7 @@ def gradients_on_owner(context_id: int, rref: Any) -> list[float]:
 
 def contract(rank: int, world_size: int, backend: str) -> dict[str, Any]:
     """Exercise each point of the shared API from w0 (w1 and w2 serve)."""
-    from rpc_support import wait_until
+    from actormesh.testing import wait_until
 
     ns = init(rank, world_size, backend)
     rpc = ns.rpc
@@ -530,7 +530,7 @@ def debug_info() -> dict[str, int]:
 
 def lifetime(rank: int, world_size: int) -> dict[str, Any]:
     """w0 creates values owned by w1, hands them to w2, and drops its references."""
-    from rpc_support import wait_until
+    from actormesh.testing import wait_until
 
     port = os.environ["MASTER_PORT"]
     ns = init(rank, world_size, "actormesh", init_method=f"tcp://127.0.0.1:{port}")
@@ -624,7 +624,7 @@ def open_context_toward(to: str) -> int:
 
 def death(rank: int, world_size: int) -> dict[str, Any]:
     """w0 watches w1, w2 and w3 die in the middle of what it asked them to do."""
-    from rpc_support import wait_until
+    from actormesh.testing import wait_until
 
     ns = init(rank, world_size, "actormesh")
     rpc, dist_autograd = ns.rpc, ns.dist_autograd

@@ -124,12 +124,3 @@ def _collect(procs: list[Any], readers: dict[Connection, int], timeout: float) -
         details = "\n".join(f"--- rank {rank}:\n{text}" for rank, text in sorted(errors.items()))
         raise GroupFailed(f"{len(errors)} worker(s) failed:\n{details}")
     return results
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``predicate`` until it holds; ``AssertionError`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)

@@ -260,6 +260,19 @@ def serve_agent(key: str, owner: str, *, own_group: bool = True) -> None:
     # Where other hosts reach this one: the interface traffic to the owner leaves from
     # (a controller on this very host: loopback).
     advertise = route_source(owner) if is_tcp(owner) else "127.0.0.1"
+    _serve_as_agent(key, owner, advertise, own_group=own_group)
+
+
+def _serve_as_agent(
+    key: str,
+    owner: str,
+    advertise: str,
+    *,
+    own_group: bool,
+    owner_sock: socket.socket | None = None,
+) -> None:
+    """Serve ``owner`` as the agent of this host, reached by other hosts at
+    ``advertise``, until it goes away."""
     info = host_info(advertise)
     serve(
         key,
@@ -268,6 +281,7 @@ def serve_agent(key: str, owner: str, *, own_group: bool = True) -> None:
         own_group=own_group,
         prefix_output=False,
         setup=functools.partial(_become_agent, advertise=advertise),
+        owner_sock=owner_sock,
     )
 
 
@@ -296,18 +310,9 @@ def serve_agent_listening(address: str, secret: str) -> None:
         gate.close()
     owner = format_tcp(str(peer[0]), int(peer[1]))
     advertise = str(sock.getsockname()[0])  # where the owner reached us
-    info = host_info(advertise)
     os.environ["ACTORMESH_SECRET"] = secret
-    key = f"agent-{info.hostname}-{os.getpid()}"
-    serve(
-        key,
-        owner,
-        {"role": "agent", "host": info.hostname, "address": info.address, "cpus": info.cpus},
-        own_group=False,
-        prefix_output=False,
-        setup=functools.partial(_become_agent, advertise=advertise),
-        owner_sock=sock,
-    )
+    key = f"agent-{host_info(advertise).hostname}-{os.getpid()}"
+    _serve_as_agent(key, owner, advertise, own_group=False, owner_sock=sock)
 
 
 def main() -> None:
