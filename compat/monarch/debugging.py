@@ -1,22 +1,27 @@
-"""Monarch's docs example ``debugging.py``: ``breakpoint()`` inside actor endpoints.
+"""Conformance program modelled on Monarch's docs example ``debugging.py``.
 
-Every actor of a ``{"host": 2, "gpu": 2}`` mesh stops at a ``breakpoint()`` and then
-computes a value from its rank; rank 2 raises. The call to the whole mesh fails with the
-rank-2 error, and calls to the other ranks return their values. (The example uses
-4 x 4 actors; 2 x 2 keeps it quick on a small machine.)
+Synchronous endpoints that call ``breakpoint()``, on a mesh with a ``host`` and a
+``gpu`` dimension (2 x 2 here). After its breakpoint an actor computes a value from the
+rank its message carries; the last rank raises ``LookupError`` (the post-mortem case).
+The program checks that
 
-Nobody sits at a terminal here, so a background thread plays the user of the
-``monarch debug`` CLI the example describes: it connects to the debug server
-(``MONARCH_DEBUG_SERVER_HOST``/``_PORT``, a free port picked here) and keeps entering
-``continue``, which resumes every pending breakpoint (and post-mortem stop). Monarch 0.7
-installs its own ``breakpoint`` hook in every worker whatever ``PYTHONBREAKPOINT`` says,
-so there the breakpoints really stop until continued. Where ``PYTHONBREAKPOINT=0`` is
-honoured (the conformance runner sets it for every run), they are no-ops and no debug
-server ever answers; the thread just keeps trying.
+- a call to the whole mesh fails with that error, carried by ``ActorError``;
+- calls to slices that leave the failing rank out return the computed values (ranks in
+  a slice are counted within the slice), through ``call`` and ``call_one``;
+- a second endpoint with its own ``breakpoint()`` answers on every actor.
+
+Nobody sits at a terminal, so a daemon thread stands in for the person at ``monarch
+debug``: it dials the debug server at ``MONARCH_DEBUG_SERVER_HOST``/``_PORT`` (set here
+to a free local port) and sends ``continue`` whenever it is connected, which releases
+every pending breakpoint and post-mortem stop. Monarch 0.7 puts its own breakpoint hook
+into each worker regardless of ``PYTHONBREAKPOINT``, so on Monarch the stops are real.
+Where ``PYTHONBREAKPOINT=0`` is honoured (the conformance runner sets it) the calls are
+no-ops; nothing listens on the port and the thread keeps redialling harmlessly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -24,80 +29,88 @@ import time
 
 from monarch.actor import Actor, ActorError, current_rank, endpoint, this_host
 
-
-def _bad_rank():
-    raise ValueError("bad rank")
-
-
-def _debugee_actor_internal(rank):
-    if rank % 4 == 0:
-        rank += 1
-        return rank
-    elif rank % 4 == 1:
-        rank += 2
-        return rank
-    elif rank % 4 == 2:
-        rank += 3
-        _bad_rank()
-    elif rank % 4 == 3:
-        rank += 4
-        return rank
+MESH = {"host": 2, "gpu": 2}
+MISSING = 3  # the flat rank with no entry in the weight table
+WEIGHTS = {0: 11, 1: 13, 2: 17}
 
 
-class DebugeeActor(Actor):
+def lookup_weight(flat_rank: int) -> int:
+    if flat_rank not in WEIGHTS:
+        raise LookupError(f"no weight for rank {flat_rank}")
+    return WEIGHTS[flat_rank]
+
+
+class Inspectee(Actor):
     @endpoint
-    def to_debug(self):
-        rank = current_rank().rank
+    def weigh(self, factor: int) -> int:
+        flat = current_rank().rank
+        breakpoint()  # stops here on Monarch until continued
+        return factor * lookup_weight(flat)
+
+    @endpoint
+    def where(self) -> int:
+        flat = current_rank().rank
         breakpoint()
-        return _debugee_actor_internal(rank)
+        return flat
 
 
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
+def unused_local_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
-def keep_continuing(host, port):
-    """What a user at ``monarch debug`` would do here: ``continue``, again and again."""
+def stand_in_user(host: str, port: int) -> None:
+    """Send ``continue`` to the debug server for as long as the program runs."""
     while True:
         try:
-            with socket.create_connection((host, port), timeout=1) as cli:
-                cli.settimeout(0.2)
-                while True:
-                    cli.sendall(b"continue\n")
-                    try:
-                        if not cli.recv(65536):
-                            break
-                    except TimeoutError:
-                        pass
+            conn = socket.create_connection((host, port), timeout=1)
         except OSError:
             time.sleep(0.2)
+            continue
+        with conn:
+            conn.settimeout(0.2)
+            alive = True
+            while alive:
+                conn.sendall(b"continue\n")
+                with contextlib.suppress(TimeoutError):
+                    alive = bool(conn.recv(1 << 16))
+
+
+def main() -> None:
+    port = unused_local_port()
+    os.environ["MONARCH_DEBUG_SERVER_HOST"] = "localhost"
+    os.environ["MONARCH_DEBUG_SERVER_PORT"] = str(port)
+    threading.Thread(target=stand_in_user, args=("localhost", port), daemon=True).start()
+
+    inspectees = this_host().spawn_procs(per_host=MESH).spawn("inspectee", Inspectee)
+
+    try:
+        inspectees.weigh.call(2).get()
+    except ActorError as err:
+        cause = err.exception
+        print("whole mesh failed as expected:", type(cause).__name__, cause)
+        assert isinstance(cause, LookupError), repr(cause)
+        assert str(cause) == f"no weight for rank {MISSING}", str(cause)
+    else:
+        raise AssertionError(f"rank {MISSING} should have made the call fail")
+
+    first_host = inspectees.slice(host=0).weigh.call(2).get()
+    print("host 0:", first_host)
+    assert first_host.values() == [22, 26], first_host
+
+    second_host = inspectees.slice(host=1).weigh.call(3).get()
+    print("host 1 (ranks within the slice):", second_host)
+    assert second_host.values() == [33, 39], second_host
+
+    corner = inspectees.slice(host=1, gpu=1).weigh.call_one(5).get()
+    print("host 1, gpu 1 alone:", corner)
+    assert corner == 55, corner
+
+    places = inspectees.where.call().get()
+    assert places.values() == [0, 1, 2, 3], places
+    print("debugging conformance OK")
 
 
 if __name__ == "__main__":
-    os.environ["MONARCH_DEBUG_SERVER_HOST"] = "localhost"
-    os.environ["MONARCH_DEBUG_SERVER_PORT"] = str(_free_port())
-    threading.Thread(
-        target=keep_continuing,
-        args=("localhost", int(os.environ["MONARCH_DEBUG_SERVER_PORT"])),
-        daemon=True,
-    ).start()
-
-    process_mesh = this_host().spawn_procs(per_host={"host": 2, "gpu": 2})
-    debugee_mesh = process_mesh.spawn("debugee", DebugeeActor)
-
-    try:
-        print(debugee_mesh.to_debug.call().get())
-        raise AssertionError("rank 2 should have raised")
-    except ActorError as e:
-        print("the whole mesh:", type(e.exception).__name__, e.exception)
-        assert isinstance(e.exception, ValueError) and str(e.exception) == "bad rank"
-
-    row0 = debugee_mesh.slice(host=0).to_debug.call().get()
-    print("host=0:", row0)
-    assert row0.values() == [1, 3]  # ranks 0 and 1 of the slice
-    one = debugee_mesh.slice(host=1, gpu=1).to_debug.call_one().get()
-    print("host=1, gpu=1:", one)
-    assert one == 1  # a slice of one actor: its message rank is 0
-    print("debugging example OK")
+    main()

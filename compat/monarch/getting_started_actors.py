@@ -1,15 +1,17 @@
-"""The actor parts of Monarch's docs example ``getting_started.py``: actors, meshes, ranks.
+"""Conformance program for the actor sections of Monarch's docs example
+``getting_started.py`` (actors, meshes, ranks); the toy actors here are its own.
 
-- an actor in this very process (``this_proc().spawn``, keyword arguments to
-  ``__init__``) and a ``Future`` from ``call_one``;
-- a mesh of processes (``this_host().spawn_procs``), ``broadcast`` to all of it and to a
-  slice, then ``call`` and the printed ``ValueMesh``;
-- a two-dimensional mesh (the example's ``hosts`` x ``gpus``, here from ``per_host``
-  because ``hosts_from_config`` is not in ``monarch.actor`` 0.7) and
-  ``context().message_rank``;
-- actor references: data loaders passed to the trainers' constructor, each trainer
-  keeping the loader at its own coordinates (``context().actor_instance.rank``);
-- the actor's rank against the message's rank, on the whole mesh and on a slice.
+- one actor in this very process (``this_proc().spawn``, a keyword argument for
+  ``__init__``), queried through a typed ``Future`` from ``call_one``;
+- a process mesh from ``this_host().spawn_procs``: ``broadcast`` to all of it and to a
+  ``slice`` of it, then ``call`` and the ``ValueMesh`` it returns (values, extent, repr);
+- a two-dimensional mesh (the docs build it from ``hosts_from_config``, which
+  ``monarch.actor`` 0.7 does not have, so here both dimensions come from ``per_host``)
+  and ``context().message_rank``;
+- a mesh handed to another mesh's constructor: each ``Reader`` keeps the ``Shelf`` at
+  its own coordinates, found with ``context().actor_instance.rank``;
+- the actor's own rank against the rank its message carries, on the whole mesh and on a
+  slice of it.
 """
 
 from __future__ import annotations
@@ -17,104 +19,102 @@ from __future__ import annotations
 from monarch.actor import Actor, Future, ProcMesh, context, endpoint, this_host, this_proc
 
 
-class Counter(Actor):
-    def __init__(self, initial_value: int):
-        self.value = initial_value
+class Odometer(Actor):
+    def __init__(self, start: int):
+        self.km = start
 
     @endpoint
-    def increment(self) -> None:
-        self.value += 1
+    def drive(self) -> None:
+        self.km += 10
 
     @endpoint
-    def get_value(self) -> int:
-        return self.value
+    def reading(self) -> int:
+        return self.km
 
 
-counter: Counter = this_proc().spawn("counter", Counter, initial_value=0)
-fut: Future[int] = counter.get_value.call_one()
-value: int = fut.get()
-print(f"Counter value: {value}")
-assert value == 0
+local: Odometer = this_proc().spawn("odometer", Odometer, start=120)
+pending: Future[int] = local.reading.call_one()
+km: int = pending.get()
+print("local odometer reads", km)
+assert km == 120
 
-procs: ProcMesh = this_host().spawn_procs(per_host={"gpus": 4})
-counters: Counter = procs.spawn("counters", Counter, 0)
-counters.increment.broadcast()
-counters.slice(gpus=slice(0, 2)).increment.broadcast()
-values = counters.get_value.call().get()
-print(values)
-assert values.values() == [2, 2, 1, 1], values
-assert dict(values.extent) == {"gpus": 4}
-assert "ValueMesh" in repr(values)
+fleet_procs: ProcMesh = this_host().spawn_procs(per_host={"car": 4})
+fleet: Odometer = fleet_procs.spawn("fleet", Odometer, 5)
+fleet.drive.broadcast()
+fleet.slice(car=slice(1, 3)).drive.broadcast()
+readings = fleet.reading.call().get()
+print(readings)
+assert readings.values() == [15, 25, 25, 15], readings
+assert dict(readings.extent) == {"car": 4}
+assert "ValueMesh" in repr(readings)
 
 
-class Trainer(Actor):
+class Surveyor(Actor):
     @endpoint
-    def step(self):
-        my_point = context().message_rank
-        return f"Trainer {dict(my_point)} taking a step."
+    def locate(self) -> dict:
+        return dict(context().message_rank)
 
 
-trainer_procs: ProcMesh = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
-print(f"Process mesh extent: {trainer_procs.extent}")
-assert dict(trainer_procs.extent) == {"hosts": 2, "gpus": 2}
-trainers = trainer_procs.spawn("trainer", Trainer)
-steps = trainers.step.call().get()
-print(steps)
-for point, text in steps.items():
-    assert text == f"Trainer {dict(point)} taking a step.", (point, text)
+grid: ProcMesh = this_host().spawn_procs(per_host={"row": 2, "col": 3})
+print("grid extent:", grid.extent)
+assert dict(grid.extent) == {"row": 2, "col": 3}
+surveyors = grid.spawn("surveyor", Surveyor)
+spots = surveyors.locate.call().get()
+for point, spot in spots.items():
+    assert spot == dict(point), (point, spot)
+order = [(s["row"], s["col"]) for s in spots.values()]
+assert order == [(r, c) for r in range(2) for c in range(3)], order
 
 
-class DataLoader(Actor):
+class Shelf(Actor):
     def __init__(self):
-        self.i = 0
+        self.handed_out = 0
 
     @endpoint
-    def example(self):
-        self.i += 1
-        return f"<fake data {self.i} from {dict(context().actor_instance.rank)}>"
+    def fetch(self) -> str:
+        self.handed_out += 1
+        where = dict(context().actor_instance.rank)
+        return f"volume {self.handed_out} of shelf {where['row']}.{where['col']}"
 
 
-class DataTrainer(Actor):
-    def __init__(self, dataloader: DataLoader):
-        my_rank = context().actor_instance.rank
-        self.dataloader = dataloader.slice(**my_rank)
+class Reader(Actor):
+    def __init__(self, shelves: Shelf):
+        here = context().actor_instance.rank
+        self.shelf = shelves.slice(**here)  # the one shelf facing this reader
 
     @endpoint
-    def step(self, input=None):
-        data = self.dataloader.example.call_one().get()
-        return f"Step with data {data} and input = {input}"
+    def read(self, note: str = "-") -> str:
+        book = self.shelf.fetch.call_one().get()
+        return f"{book} ({note})"
 
 
-dataloaders = trainer_procs.spawn("dataloader", DataLoader)
-dtrainers = trainer_procs.spawn("dtrainers", DataTrainer, dataloaders)
-first = dtrainers.step.call().get()
-second = dtrainers.step.call(input=7).get()
-print(second)
-for point, text in first.items():
-    assert text == f"Step with data <fake data 1 from {dict(point)}> and input = None", text
-for point, text in second.items():
-    assert text == f"Step with data <fake data 2 from {dict(point)}> and input = 7", text
+shelves = grid.spawn("shelf", Shelf)
+readers = grid.spawn("reader", Reader, shelves)
+once = readers.read.call().get()
+twice = readers.read.call(note="again").get()
+print(twice)
+for point, text in once.items():
+    assert text == f"volume 1 of shelf {point['row']}.{point['col']} (-)", text
+for point, text in twice.items():
+    assert text == f"volume 2 of shelf {point['row']}.{point['col']} (again)", text
 
 
-class ContextAwareActor(Actor):
+class WhereAmI(Actor):
     @endpoint
-    def get_context_info(self):
-        actor_instance = context().actor_instance
-        message_rank = context().message_rank
-        return dict(actor_instance.rank), dict(message_rank), message_rank.rank
+    def both_ranks(self) -> tuple[dict, dict, int]:
+        ctx = context()
+        return dict(ctx.actor_instance.rank), dict(ctx.message_rank), ctx.message_rank.rank
 
 
-c = trainer_procs.spawn("context_actor", ContextAwareActor)
-info = c.get_context_info.call().get()
-print(info)
-for point, (actor_rank, message_rank, flat) in info.items():
-    assert actor_rank == message_rank == dict(point)
-    assert flat == point.rank
-# Sent to a slice, the message's rank is relative to the slice; the actor's is not.
-sliced = c.slice(hosts=1).get_context_info.call().get()
-print(sliced)
-assert dict(sliced.extent) == {"gpus": 2}
-for point, (actor_rank, message_rank, flat) in sliced.items():
-    assert actor_rank == {"hosts": 1, "gpus": point["gpus"]}
-    assert message_rank == {"gpus": point["gpus"]} and flat == point["gpus"]
+probe = grid.spawn("probe", WhereAmI)
+whole = probe.both_ranks.call().get()
+for point, (own, carried, flat) in whole.items():
+    assert own == carried == dict(point) and flat == point.rank, (point, own, carried)
+# Sent to a slice, the message's rank counts within the slice; the actor's own does not.
+second_row = probe.slice(row=1).both_ranks.call().get()
+print(second_row)
+assert dict(second_row.extent) == {"col": 3}
+for point, (own, carried, flat) in second_row.items():
+    assert own == {"row": 1, "col": point["col"]}, own
+    assert carried == {"col": point["col"]} and flat == point["col"], carried
 print("getting started: actors OK")

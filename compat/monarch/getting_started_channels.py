@@ -1,68 +1,67 @@
-"""The messaging parts of Monarch's docs example ``getting_started.py``.
+"""Conformance program for the messaging sections of Monarch's docs example
+``getting_started.py`` (channels, and answering a call later through its port).
 
-- ``Channel.open()`` gives a port and its receiver; a value sent on the port comes out
-  of ``recv()``;
-- responding out of order: an inference engine's ``infer`` endpoint takes an explicit
-  response port (``@endpoint(explicit_response_port=True)``) and queues it; a background
-  thread answers the queued requests later, always with the newest weights, so both
-  requests made before ``update_weights(1)`` see weights 1. (The example reads the
-  weights before its pretend work, which makes the first answer a race; here the thread
-  works first, so both answers are deterministic. Its thread loops forever; here a
-  ``close`` endpoint lets it end so the program can exit.)
+- ``Channel.open()`` returns a port and its receiver: values sent on the port come out
+  of ``recv()`` in order;
+- ``@endpoint(explicit_response_port=True)``: the ``Forecaster``'s ``forecast``
+  endpoint does not answer; it hands the ``Port`` to a worker thread and returns. The
+  thread answers each queued port afterwards, using whatever model revision is newest
+  by then, so two requests made before ``publish(2)`` both report revision 2. (The
+  thread pauses before reading the revision, so the outcome does not depend on timing;
+  a ``shutdown`` endpoint ends the thread so the program can exit.)
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from queue import Queue
+from queue import SimpleQueue
 
 from monarch.actor import Actor, Channel, Port, endpoint, this_proc
 
-port, recv = Channel.open()
-port.send(3)
-got = recv.recv().get()
-print(got)
-assert got == 3
+tx, rx = Channel.open()
+for word in ("alpha", "beta"):
+    tx.send(word)
+received = [rx.recv().get(), rx.recv().get()]
+print("over the channel:", received)
+assert received == ["alpha", "beta"], received
 
 
-class InferenceEngine(Actor):
+class Forecaster(Actor):
     def __init__(self):
-        self.q = Queue()
-        self.new_weights = None
-        self.worker = threading.Thread(target=self.run, daemon=True)
-        self.worker.start()
+        self.revision = -1
+        self.backlog: SimpleQueue = SimpleQueue()
+        self.thread = threading.Thread(target=self._answer_backlog, daemon=True)
+        self.thread.start()
 
     @endpoint
-    def update_weights(self, new_weights):
-        self.new_weights = new_weights
+    def publish(self, revision: int) -> None:
+        self.revision = revision
 
     @endpoint(explicit_response_port=True)
-    def infer(self, port: Port[str]):
-        self.q.put(port)
+    def forecast(self, reply_to: Port[str], city: str) -> None:
+        self.backlog.put((reply_to, city))
 
     @endpoint
-    def close(self):
-        self.q.put(None)
-        self.worker.join(timeout=10)
-        return not self.worker.is_alive()
+    def shutdown(self) -> bool:
+        self.backlog.put(None)
+        self.thread.join(timeout=10)
+        return not self.thread.is_alive()
 
-    def run(self):
-        while True:
-            request = self.q.get()
-            if request is None:
-                return
-            time.sleep(0.3)  # pretend to take time, then use the newest weights
-            request.send(f"inferred with: {self.new_weights}")
+    def _answer_backlog(self) -> None:
+        while (job := self.backlog.get()) is not None:
+            reply_to, city = job
+            time.sleep(0.3)  # the slow part; the revision is read only after it
+            reply_to.send(f"{city}: sunny (model r{self.revision})")
 
 
-engine = this_proc().spawn("engine", InferenceEngine)
-engine.update_weights.broadcast(0)
-first = engine.infer.call_one()
-second = engine.infer.call_one()
-engine.update_weights.broadcast(1)
-answers = [first.get(), second.get()]
+forecaster = this_proc().spawn("forecaster", Forecaster)
+forecaster.publish.broadcast(1)
+oslo = forecaster.forecast.call_one("Oslo")
+lima = forecaster.forecast.call_one("Lima")
+forecaster.publish.broadcast(2)
+answers = [oslo.get(), lima.get()]
 print(*answers, sep="\n")
-assert answers == ["inferred with: 1", "inferred with: 1"], answers
-assert engine.close.call_one().get() is True
+assert answers == ["Oslo: sunny (model r2)", "Lima: sunny (model r2)"], answers
+assert forecaster.shutdown.call_one().get() is True
 print("getting started: channels and explicit ports OK")

@@ -1,14 +1,16 @@
-"""The supervision parts of Monarch's docs example ``getting_started.py``.
+"""Conformance program for the fault-handling sections of Monarch's docs example
+``getting_started.py``; the actors and failures here are its own.
 
-- an endpoint that raises: the caller's ``get()`` raises ``ActorError`` (carrying the
-  original exception), and the actor lives on;
-- fine-grained supervision: an actor that owns a mesh defines ``__supervise__``; when a
-  child fails (an exception in a ``broadcast``, which has no caller to report to), the
-  owner receives a ``MeshFailure`` and handles it (returns True), and the children that
-  did not fail keep answering;
-- a failure nobody handles reaches the client's ``monarch.actor.unhandled_fault_hook``,
-  replaced here (``import monarch.actor`` then assignment, as the example does) by one
-  that records the failure and returns, so the program carries on.
+- an endpoint raises: ``get()`` on the caller's future raises ``ActorError``, whose
+  ``exception`` is the original one, and the actor goes on serving with its state;
+- supervision: an actor that spawned a mesh defines ``__supervise__``; when one of its
+  children fails where nobody waits for an answer (a ``broadcast``), the parent is given
+  a ``MeshFailure`` and handles it by returning True, and the healthy child still
+  answers afterwards;
+- a failure with no supervisor to handle it goes to the client's
+  ``monarch.actor.unhandled_fault_hook``. The program replaces it (``import
+  monarch.actor``, then an assignment, as the docs do) with a hook that records the
+  failure and returns None, so the program keeps running.
 """
 
 from __future__ import annotations
@@ -20,98 +22,101 @@ import monarch.actor
 from monarch.actor import Actor, ActorError, MeshFailure, endpoint, this_host, this_proc
 
 
-class Errorful(Actor):
+class Vending(Actor):
     def __init__(self):
-        self.calls = 0
+        self.coins = 0
 
     @endpoint
-    def say_hello(self):
-        self.calls += 1
-        raise Exception("I don't want to")
+    def insert_coin(self) -> None:
+        self.coins += 1
+        raise RuntimeError(f"out of stock after {self.coins} coin(s)")
 
     @endpoint
-    def count(self):
-        return self.calls
+    def coins_kept(self) -> int:
+        return self.coins
 
 
-e = this_proc().spawn("errorful", Errorful)
+machine = this_proc().spawn("vending", Vending)
 try:
-    e.say_hello.call_one().get()
-    raise AssertionError("say_hello should have raised")
-except ActorError as err:
-    print("It didn't say hello:", type(err).__name__, repr(err.exception))
-    assert "I don't want to" in str(err.exception)
-assert e.count.call_one().get() == 1  # still alive, state kept
+    machine.insert_coin.call_one().get()
+except ActorError as failure:
+    print("the call failed:", type(failure).__name__, repr(failure.exception))
+    assert "out of stock after 1 coin(s)" in str(failure.exception), failure.exception
+else:
+    raise AssertionError("insert_coin should have raised")
+assert machine.coins_kept.call_one().get() == 1  # alive, and the state survived
 
 
-class Child(Actor):
+class Fragile(Actor):
     @endpoint
-    def fail(self):
-        raise RuntimeError("child failed on purpose")
+    def crash(self) -> None:
+        raise ValueError("fragile actor gave up")
 
     @endpoint
-    def ping(self):
-        return "pong"
+    def status(self) -> str:
+        return "fine"
 
 
-class SupervisorActor(Actor):
+class Guardian(Actor):
     def __init__(self):
-        self.failures = []
-        self.children = this_host().spawn_procs(per_host={"gpus": 2}).spawn("child", Child)
+        self.events: list[tuple[str, str]] = []
+        kids = this_host().spawn_procs(per_host={"kid": 2})
+        self.kids = kids.spawn("ward", Fragile)
 
-    def __supervise__(self, failure: MeshFailure):
-        print(f"Failure received: {failure}")
-        self.failures.append((failure.mesh_name, failure.report()))
-        return True
-
-    @endpoint
-    def break_child(self):
-        self.children.slice(gpus=1).fail.broadcast()
+    def __supervise__(self, event: MeshFailure) -> bool:
+        print("guardian notified:", event.mesh_name)
+        self.events.append((event.mesh_name, event.report()))
+        return True  # handled here; nothing goes further up
 
     @endpoint
-    def failures_seen(self):
-        return list(self.failures)
+    def hurt_one(self) -> None:
+        self.kids.slice(kid=0).crash.broadcast()
 
     @endpoint
-    def ping_healthy_child(self):
-        return self.children.slice(gpus=0).ping.call_one().get()
+    def events_so_far(self) -> list[tuple[str, str]]:
+        return list(self.events)
+
+    @endpoint
+    def check_other(self) -> str:
+        return self.kids.slice(kid=1).status.call_one().get()
 
 
-def wait_for(predicate, what, timeout=40.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+def poll(fetch, what: str, limit_s: float = 40.0):
+    """Call ``fetch`` until it returns something truthy, or fail after ``limit_s``."""
+    give_up = time.monotonic() + limit_s
+    while not (found := fetch()):
+        assert time.monotonic() < give_up, f"gave up waiting for {what}"
         time.sleep(0.1)
+    return found
 
 
-supervisor = this_proc().spawn("supervisor", SupervisorActor)
-assert supervisor.ping_healthy_child.call_one().get() == "pong"
-supervisor.break_child.call_one().get()
-seen = []
-wait_for(lambda: seen.extend(supervisor.failures_seen.call_one().get()) or seen, "__supervise__")
-print("supervisor saw:", [name for name, _ in seen])
-assert any(name.startswith("child") for name, _ in seen), seen
-assert any("child failed on purpose" in report for _, report in seen), seen
-assert supervisor.ping_healthy_child.call_one().get() == "pong"
+guardian = this_proc().spawn("guardian", Guardian)
+assert guardian.check_other.call_one().get() == "fine"
+guardian.hurt_one.call_one().get()
+events = poll(lambda: guardian.events_so_far.call_one().get(), "__supervise__")
+print("guardian saw:", [name for name, _ in events])
+assert any(name.startswith("ward") for name, _ in events), events
+assert any("fragile actor gave up" in report for _, report in events), events
+assert guardian.check_other.call_one().get() == "fine"
 
-hook_calls = []
-hook_called = threading.Event()
-
-
-def my_unhandled_fault_hook(failure: MeshFailure) -> None:
-    print(f"Mesh failure was not handled: {failure.mesh_name}")
-    hook_calls.append((failure.mesh_name, failure.report()))
-    hook_called.set()
+orphaned: list[tuple[str, str]] = []
+orphan_seen = threading.Event()
 
 
-monarch.actor.unhandled_fault_hook = my_unhandled_fault_hook
+def note_orphan_failure(event: MeshFailure) -> None:
+    print("client hook notified:", event.mesh_name)
+    orphaned.append((event.mesh_name, event.report()))
+    orphan_seen.set()
 
-orphan = this_host().spawn_procs(per_host={"gpus": 1}).spawn("orphan", Child)
-assert orphan.ping.call_one().get() == "pong"
-orphan.fail.broadcast()
-assert hook_called.wait(40), "unhandled_fault_hook was not called"
-print("hook saw:", [name for name, _ in hook_calls])
-assert any(name.startswith("orphan") for name, _ in hook_calls), hook_calls
-assert any("child failed on purpose" in report for _, report in hook_calls), hook_calls
-assert e.count.call_one().get() == 1  # the client carries on
+
+monarch.actor.unhandled_fault_hook = note_orphan_failure
+
+stray = this_host().spawn_procs(per_host={"kid": 1}).spawn("stray", Fragile)
+assert stray.status.call_one().get() == "fine"
+stray.crash.broadcast()
+assert orphan_seen.wait(40), "the unhandled fault hook never ran"
+print("hook saw:", [name for name, _ in orphaned])
+assert any(name.startswith("stray") for name, _ in orphaned), orphaned
+assert any("fragile actor gave up" in report for _, report in orphaned), orphaned
+assert machine.coins_kept.call_one().get() == 1  # the client is still in business
 print("getting started: errors and supervision OK")

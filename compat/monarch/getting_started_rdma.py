@@ -1,10 +1,12 @@
-"""The point-to-point RDMA part of Monarch's docs example ``getting_started.py``.
+"""Conformance program for the point-to-point RDMA section of Monarch's docs example
+``getting_started.py``: a small handle on the control path, the bytes on the data path.
 
-A parameter server registers its weights as an ``RDMABuffer`` (a view, no copy) and
-returns the buffer from an endpoint; a worker in another process, handed the server's
-mesh as an endpoint argument, fetches that small reference and then pulls the bytes
-with ``read_into``. The worker's copy must equal the server's weights, and a second
-sync after the server changed its weights must see the change.
+A ``Vault`` registers a float64 table as an ``RDMABuffer`` over the table's own memory
+(a byte view, no copy) and hands that buffer out from an endpoint. A ``Mirror`` in
+another process is given the vault's mesh as an endpoint argument; it asks for the
+handle, checks its size, and pulls the bytes into its own table with
+``read_into(...).get()``. Its copy must match the vault's table exactly, and after the
+vault changes the table in place a second pull must bring the change over.
 """
 
 from __future__ import annotations
@@ -13,49 +15,54 @@ import torch
 from monarch.actor import Actor, endpoint, this_host
 from monarch.rdma import RDMABuffer
 
+ROWS, COLS = 64, 48
 
-class ParameterServer(Actor):
+
+def as_bytes(table: torch.Tensor) -> torch.Tensor:
+    return table.view(torch.uint8).reshape(-1)
+
+
+class Vault(Actor):
     def __init__(self):
-        torch.manual_seed(0)
-        self.weights = torch.rand(200, 300)
-        self.weight_buffer = RDMABuffer(self.weights.view(torch.uint8).flatten())
+        self.table = torch.linspace(-1.0, 1.0, ROWS * COLS, dtype=torch.float64).reshape(ROWS, COLS)
+        self.handle = RDMABuffer(as_bytes(self.table))
 
     @endpoint
-    def get_weights(self) -> RDMABuffer:
-        return self.weight_buffer
+    def lend(self) -> RDMABuffer:
+        return self.handle
 
     @endpoint
-    def checksum(self) -> float:
-        return float(self.weights.sum())
+    def contents(self) -> list[float]:
+        return self.table.flatten().tolist()
 
     @endpoint
-    def perturb(self) -> None:
-        self.weights.add_(1.0)  # in place: the registered memory itself changes
+    def rescale(self, factor: float) -> None:
+        self.table.mul_(factor)  # in place: the registered bytes change
 
 
-class Worker(Actor):
+class Mirror(Actor):
     def __init__(self):
-        self.local_weights = torch.zeros(200, 300)
+        self.table = torch.full((ROWS, COLS), float("nan"), dtype=torch.float64)
 
     @endpoint
-    def sync_weights(self, server: ParameterServer) -> float:
-        weight_ref = server.get_weights.call_one().get()
-        assert weight_ref.size() == 200 * 300 * 4
-        weight_ref.read_into(self.local_weights.view(torch.uint8).flatten()).get()
-        return float(self.local_weights.sum())
+    def pull(self, vault: Vault) -> list[float]:
+        handle = vault.lend.call_one().get()
+        assert handle.size() == ROWS * COLS * 8, handle.size()
+        handle.read_into(as_bytes(self.table)).get()
+        return self.table.flatten().tolist()
 
 
-server = this_host().spawn_procs(per_host={"gpus": 1}).spawn("server", ParameterServer)
-worker = this_host().spawn_procs(per_host={"gpus": 1}).spawn("worker", Worker)
+vault = this_host().spawn_procs(per_host={"node": 1}).spawn("vault", Vault)
+mirror = this_host().spawn_procs(per_host={"node": 1}).spawn("mirror", Mirror)
 
-expected = server.checksum.call_one().get()
-got = worker.sync_weights.call_one(server).get()
-print(f"server checksum {expected:.3f}, worker checksum after read_into {got:.3f}")
-assert got == expected and got > 0
+original = vault.contents.call_one().get()
+copied = mirror.pull.call_one(vault).get()
+print(f"first pull: {len(copied)} values, ends {copied[0]} .. {copied[-1]}")
+assert copied == original and copied[0] == -1.0 and copied[-1] == 1.0
 
-server.perturb.call_one().get()
-expected = server.checksum.call_one().get()
-got = worker.sync_weights.call_one(server).get()
-print(f"after perturb: server {expected:.3f}, worker {got:.3f}")
-assert got == expected
+vault.rescale.call_one(3.0).get()
+changed = vault.contents.call_one().get()
+again = mirror.pull.call_one(vault).get()
+print(f"after rescale: ends {again[0]} .. {again[-1]}")
+assert again == changed and again[-1] == 3.0
 print("getting started: RDMA weights OK")

@@ -1,305 +1,294 @@
-"""Monarch's docs example ``grpo_actor.py`` (a PPO-like RL loop), small and on CPU.
+"""Conformance program modelled on Monarch's docs example ``grpo_actor.py`` (an online
+RL loop built from actors), with a toy problem of its own: a contextual bandit.
 
-Actors on two process meshes: a trajectory queue, a replay buffer, a scorer and a
-learner on one, two generators on the other. The generators sample actions with their
-copy of the policy and queue them; the scorer rewards them into the replay buffer; the
-learner samples the buffer, takes a PPO step, and has the generators pull its new
-weights through ``RDMABuffer``s it handed out once (a dict of ``(tensor, RDMABuffer)``
-returned from an endpoint and passed to the generators' constructor). ActorMeshes are
-passed to constructors and endpoints; every endpoint is ``async``; the driver is
-``asyncio.run(main())``.
+A context is a vector of 6 numbers and there are 3 arms. Two ``Sampler`` actors hold a
+copy of the policy; for a context each draws a group of 5 arms and pushes the episode
+into an ``Inbox`` (an ``asyncio.Queue``). A ``Judge`` pops episodes, pays each arm by
+its distance from the arm a hidden linear rule prefers, and adds them to a ``Pool``
+(guarded by an ``asyncio.Condition``). A ``Trainer`` takes the newest episodes from the
+pool, makes a clipped, group-relative policy-gradient step, and has the samplers pull
+its parameters through ``RDMABuffer`` handles it exported once.
 
-Changes from the docs example, so that it runs on Monarch 0.7 itself:
+The Monarch API this exercises, as the docs example does:
 
-- the scorer's endpoint ``stop`` is named ``stop_scoring``: on 0.7 an endpoint named
-  ``stop`` collides with ``ActorMesh.stop`` and spawning fails;
-- the endpoints that wait for another message (``TrajectoryQueue.get``,
-  ``ReplayBuffer.sample_from``, ``Scorer.run``, ``Generator.generate`` and
-  ``Generator.update``) are ``@concurrent_endpoint``s: 0.7 runs one message at a time
-  per actor, so with plain endpoints a generator waiting in ``generate`` never gets the
-  ``update`` that would let it go on, and the example deadlocks;
-- ``stop_scoring`` also queues a ``None`` that ends the scorer's pending ``get`` at once
-  (the example waits out a 10 s timeout);
-- CPU instead of CUDA, 3 steps, group size 4; and it checks its results: finite losses,
-  the policy version advancing, and after the last update every generator's weights
-  equal to the learner's (the RDMA sync worked).
+- ``async`` endpoints throughout; an ``asyncio.run(main())`` driver; two process meshes
+  from ``this_host().spawn_procs``;
+- ActorMeshes passed to constructors (``Judge``, ``Trainer``, ``Sampler``) and to an
+  endpoint (``Trainer.connect``);
+- a dict of ``RDMABuffer`` returned from an endpoint, passed to the samplers'
+  constructor, and read with ``await handle.read_into(...)`` to sync the weights;
+- ``Judge.serve`` started with ``call_one`` and awaited only at the end;
+- ``asyncio.gather`` of a ``call`` to the sampler mesh and a ``call_one`` to the trainer;
+- ``@concurrent_endpoint`` for every endpoint that waits for another message
+  (``Inbox.pop``, ``Pool.newest``, ``Judge.serve``, ``Sampler.rollout``,
+  ``Sampler.refresh``): Monarch 0.7 handles one ordinary message at a time per actor,
+  so a sampler waiting inside ``rollout`` for a refresh would otherwise never get it.
+  (For the same reason the stop endpoint is not called ``stop``: that name clashes with
+  ``ActorMesh.stop`` on 0.7.)
+
+The checks: every rollout reports the policy version it used, each step's loss is
+finite, the judge scores every episode exactly once, the pool holds the expected
+versions, the samplers start with parameters unlike the trainer's, and after the last
+refresh their parameters are byte-for-byte the trainer's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
+import hashlib
 import math
-import random
 from dataclasses import dataclass
 
 import torch
-import torch.nn as nn
-import torch.optim as optim
-from monarch.actor import Actor, concurrent_endpoint, endpoint, this_host
+from monarch.actor import Actor, concurrent_endpoint, current_rank, endpoint, this_host
 from monarch.rdma import RDMABuffer
-from torch.distributions import Categorical, kl_divergence
+from torch import nn
+from torch.distributions import Categorical
 
-G = 4  # actions sampled per state
-STATE_DIM = 4
-ACTION_DIM = 4
-STEPS = 3
+CONTEXT_DIM = 6
+ARMS = 3
+GROUP = 5  # arms drawn per context
+ROUNDS = 4  # training steps
+DRAW = 3  # episodes per training step
+SAMPLERS = 2
 
 
-def policy_net():
-    return nn.Sequential(nn.Linear(STATE_DIM, 16), nn.Tanh(), nn.Linear(16, ACTION_DIM))
+def build_policy() -> nn.Module:
+    return nn.Sequential(nn.Linear(CONTEXT_DIM, 12), nn.ReLU(), nn.Linear(12, ARMS))
 
 
-def checksum(model):
-    return float(sum(p.detach().double().sum() for p in model.state_dict().values()))
+def digest(module: nn.Module) -> str:
+    """A hash of every parameter's bytes, in registration order."""
+    h = hashlib.sha256()
+    for name, p in module.named_parameters():
+        h.update(name.encode())
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def byte_view(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's own memory as a flat uint8 tensor (no copy)."""
+    return t.data.view(torch.uint8).reshape(-1)
 
 
 @dataclass
-class TrajectorySlice:
-    policy_version: int
-    state: torch.Tensor
-    actions: torch.Tensor
-    old_logps: torch.Tensor
-    rewards: torch.Tensor
+class Episode:
+    version: int  # policy version of the sampler that drew it
+    context: torch.Tensor  # [CONTEXT_DIM]
+    arms: torch.Tensor  # [GROUP], int64
+    logp: torch.Tensor  # [GROUP], log-probabilities when drawn
+    payoff: torch.Tensor | None = None  # [GROUP], set by the Judge
 
 
-class TrajectoryQueue(Actor):
+class Inbox(Actor):
+    """Episodes waiting to be judged, first in first out."""
+
     def __init__(self):
-        self.queue = asyncio.Queue()
+        self._waiting: asyncio.Queue = asyncio.Queue()
 
     @endpoint
-    async def put(self, item):
-        await self.queue.put(item)
+    async def push(self, episode: Episode | None) -> None:
+        await self._waiting.put(episode)
 
     @concurrent_endpoint
-    async def get(self):
-        return await self.queue.get()
+    async def pop(self) -> Episode | None:
+        return await self._waiting.get()
 
 
-class ReplayBuffer(Actor):
+class Pool(Actor):
+    """Judged episodes; readers block until enough have arrived."""
+
     def __init__(self):
-        self.storage = []
-        self.filled = asyncio.Event()
+        self._episodes: list[Episode] = []
+        self._grew = asyncio.Condition()
 
     @endpoint
-    async def put(self, item: TrajectorySlice) -> None:
-        self.storage.append((item.policy_version, item))
-        self.filled.set()
+    async def add(self, episode: Episode) -> None:
+        async with self._grew:
+            self._episodes.append(episode)
+            self._grew.notify_all()
 
     @concurrent_endpoint
-    async def sample_from(self, k: int) -> list:
-        try:
-            await asyncio.wait_for(self.filled.wait(), timeout=20.0)
-        except TimeoutError:
-            raise RuntimeError("timeout waiting for the replay buffer to fill") from None
-        weights = [version + 1 for version, _ in self.storage]  # newer is likelier
-        chosen = random.choices(range(len(self.storage)), weights=weights, k=k)
-        return [self.storage[i][1] for i in chosen]
+    async def newest(self, n: int) -> list[Episode]:
+        async with self._grew:
+            enough = self._grew.wait_for(lambda: len(self._episodes) >= n)
+            await asyncio.wait_for(enough, timeout=30)
+            return self._episodes[-n:]
+
+    @endpoint
+    async def versions(self) -> list[int]:
+        return [e.version for e in self._episodes]
 
 
-class Scorer(Actor):
-    def __init__(self, trajectory_queue, replay_buffer):
-        self.trajectory_queue = trajectory_queue
-        self.replay_buffer = replay_buffer
-        torch.manual_seed(1)
-        self.net = nn.Sequential(nn.Linear(STATE_DIM + 1, 8), nn.Tanh(), nn.Linear(8, 1))
-        self.running = False
-        self.scored = 0
+class Judge(Actor):
+    """Pays each arm 1, 0.5 or 0 by its distance from the arm a hidden rule prefers."""
 
-    async def _score(self, item: TrajectorySlice) -> None:
-        states = item.state.unsqueeze(0).repeat(G, 1)
-        actions = item.actions.float().unsqueeze(-1)
-        with torch.no_grad():
-            rewards = self.net(torch.cat([states, actions], dim=-1)).squeeze(-1)
-        scored = TrajectorySlice(
-            item.policy_version, item.state, item.actions, item.old_logps, rewards
-        )
-        await self.replay_buffer.put.call(scored)
-        self.scored += 1
+    def __init__(self, inbox, pool):
+        self.inbox = inbox
+        self.pool = pool
+        self.rule = torch.randn(CONTEXT_DIM, ARMS, generator=torch.Generator().manual_seed(7))
+        self.judged = 0
+
+    def _pay(self, context: torch.Tensor, arms: torch.Tensor) -> torch.Tensor:
+        favourite = int(torch.argmax(context @ self.rule))
+        return 1.0 - 0.5 * (arms - favourite).abs().float()
 
     @concurrent_endpoint
-    async def run(self) -> int:
-        if self.running:
-            return self.scored
-        self.running = True
-        try:
-            while self.running:
-                try:
-                    item = await asyncio.wait_for(
-                        self.trajectory_queue.get.call_one(), timeout=10.0
-                    )
-                except TimeoutError:
-                    continue
-                if item is None:  # queued by stop_scoring
-                    break
-                await self._score(item)
-        finally:
-            self.running = False
-        return self.scored
+    async def serve(self) -> int:
+        # Runs until ``finish`` pushes the ``None`` marker through the inbox.
+        while (episode := await self.inbox.pop.call_one()) is not None:
+            episode.payoff = self._pay(episode.context, episode.arms)
+            await self.pool.add.call(episode)
+            self.judged += 1
+        return self.judged
 
     @endpoint
-    async def stop_scoring(self) -> None:
-        self.running = False
-        await self.trajectory_queue.put.call(None)
+    async def finish(self) -> None:
+        await self.inbox.push.call(None)
 
 
-class Learner(Actor):
-    def __init__(self, replay_buffer):
-        torch.manual_seed(2)
-        self.model = policy_net()
-        self.ref_model = copy.deepcopy(self.model)
-        for p in self.ref_model.parameters():
-            p.requires_grad = False
-        self.optim = optim.Adam(self.model.parameters(), lr=1e-2, eps=1e-5)
-        self.eps = 0.2
-        self.kl_coeff = 0.1
-        self.policy_version = 0
-        self.replay_buffer = replay_buffer
-        self.batch_size = 2
-        self.generators = None
-        self._weights_handle = {}
+class Trainer(Actor):
+    def __init__(self, pool):
+        torch.manual_seed(11)
+        self.policy = build_policy()
+        self.opt = torch.optim.SGD(self.policy.parameters(), lr=0.05, momentum=0.9)
+        self.pool = pool
+        self.samplers = None
+        self.version = 0
+        self.clip = 0.25
+        self.entropy_weight = 0.01
+        self.exported: dict[str, RDMABuffer] = {}
 
     @endpoint
-    async def init_generators(self, generators) -> None:
-        self.generators = generators
-
-    @endpoint
-    async def weights_handle(self) -> dict:
-        # state_dict() tensors share the parameters' memory: the buffers follow training.
-        self._weights_handle = {
-            name: (t, RDMABuffer(t.view(torch.uint8).flatten()))
-            for name, t in self.model.state_dict().items()
+    async def export_weights(self) -> dict:
+        # Registered in place: the optimiser updates this very memory, so the handles
+        # always expose the current parameters.
+        self.exported = {
+            name: RDMABuffer(byte_view(p)) for name, p in self.policy.named_parameters()
         }
-        return self._weights_handle
+        return self.exported
 
     @endpoint
-    async def weights_checksum(self) -> tuple:
-        return self.policy_version, checksum(self.model)
-
-    def _advantages(self, rewards):
-        grouped = rewards.view(-1, G)
-        adv = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
-        return (adv - adv.mean()) / (adv.std() + 1e-8) if adv.numel() > 1 else adv
+    async def connect(self, samplers) -> None:
+        self.samplers = samplers
 
     @endpoint
-    async def step(self) -> torch.Tensor:
-        if self.generators is not None:
-            await self.generators.update.call(self.policy_version)
-        slices = await self.replay_buffer.sample_from.call_one(self.batch_size)
-        states = torch.stack([s.state for s in slices]).repeat_interleave(G, 0)
-        actions = torch.cat([s.actions for s in slices])
-        old_logps = torch.cat([s.old_logps for s in slices])
-        advantages = self._advantages(torch.cat([s.rewards for s in slices]))
+    async def fingerprint(self) -> tuple[int, str]:
+        return self.version, digest(self.policy)
 
-        dist = Categorical(logits=self.model(states))
-        ratio = (dist.log_prob(actions) - old_logps).exp()
-        clipped = torch.clamp(ratio, 1 - self.eps, 1 + self.eps) * advantages
-        ppo_loss = -torch.min(ratio * advantages, clipped).mean()
-        with torch.no_grad():
-            ref_logits = self.ref_model(states)
-        kl = kl_divergence(Categorical(logits=ref_logits), dist).mean()
-        loss = ppo_loss + self.kl_coeff * kl
-        self.optim.zero_grad()
+    @endpoint
+    async def train_step(self) -> dict:
+        if self.samplers is not None:
+            await self.samplers.refresh.call(self.version)
+        batch = await self.pool.newest.call_one(DRAW)
+        contexts = torch.stack([e.context for e in batch])  # [DRAW, CONTEXT_DIM]
+        arms = torch.stack([e.arms for e in batch])  # [DRAW, GROUP]
+        drawn_logp = torch.stack([e.logp for e in batch])
+        payoff = torch.stack([e.payoff for e in batch])
+        # Each arm is compared with the rest of its own group.
+        spread = payoff.std(dim=1, keepdim=True) + 1e-6
+        advantage = (payoff - payoff.mean(dim=1, keepdim=True)) / spread
+
+        logits = self.policy(contexts).unsqueeze(1).expand(-1, GROUP, -1)
+        current = Categorical(logits=logits)
+        ratio = torch.exp(current.log_prob(arms) - drawn_logp)
+        bounded = ratio.clamp(1.0 - self.clip, 1.0 + self.clip)
+        gain = torch.minimum(ratio * advantage, bounded * advantage).mean()
+        loss = -(gain + self.entropy_weight * current.entropy().mean())
+
+        self.opt.zero_grad()
         loss.backward()
-        nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.optim.step()
-        self.policy_version += 1
-        return loss.detach()
+        self.opt.step()
+        self.version += 1
+        return {"loss": loss.item(), "payoff": payoff.mean().item(), "version": self.version}
 
 
-READY_TO_GENERATE = "READY_TO_GENERATE"
-READY_TO_UPDATE = "READY_TO_UPDATE"
-
-
-class Generator(Actor):
-    def __init__(self, weight_buffers, trajectory_queue):
-        torch.manual_seed(3)
-        self.model = policy_net()  # different from the learner's until the first update
-        self.weight_buffers = weight_buffers
-        self.trajectory_queue = trajectory_queue
-        self.state = READY_TO_GENERATE
-        self.cond = asyncio.Condition()
-        self.policy_version = 0
+class Sampler(Actor):
+    def __init__(self, handles, inbox):
+        torch.manual_seed(100 + current_rank().rank)  # unlike the trainer's until synced
+        self.policy = build_policy()
+        self.handles = handles
+        self.inbox = inbox
+        self.version = 0
+        self.used = False  # drew with the current weights; wait for a refresh
+        self.turn = asyncio.Condition()
 
     @concurrent_endpoint
-    async def generate(self, state: torch.Tensor) -> int:
-        async with self.cond:
-            await self.cond.wait_for(lambda: self.state == READY_TO_GENERATE)
+    async def rollout(self, context: torch.Tensor) -> int:
+        async with self.turn:
+            await self.turn.wait_for(lambda: not self.used)
             with torch.no_grad():
-                dist = Categorical(logits=self.model(state.unsqueeze(0).repeat(G, 1)))
-                actions = dist.sample()
-                logps = dist.log_prob(actions)
-            item = TrajectorySlice(self.policy_version, state, actions, logps, torch.zeros(G))
-        await self.trajectory_queue.put.call(item)
-        async with self.cond:
-            self.state = READY_TO_UPDATE
-            self.cond.notify_all()
-        return self.policy_version
+                choice = Categorical(logits=self.policy(context))
+                arms = choice.sample((GROUP,))
+                episode = Episode(self.version, context, arms, choice.log_prob(arms))
+            self.used = True
+        await self.inbox.push.call(episode)
+        return episode.version
 
     @concurrent_endpoint
-    async def update(self, version: int) -> None:
-        async with self.cond:
-            sd = self.model.state_dict()
-            for name, (_, buffer) in self.weight_buffers.items():
-                await buffer.read_into(sd[name].view(torch.uint8).flatten())
-            self.model.load_state_dict(sd)
-            self.policy_version = version
-            self.state = READY_TO_GENERATE
-            self.cond.notify_all()
+    async def refresh(self, version: int) -> None:
+        async with self.turn:
+            mine = dict(self.policy.named_parameters())
+            for name, handle in self.handles.items():
+                await handle.read_into(byte_view(mine[name]))
+            self.version = version
+            self.used = False
+            self.turn.notify_all()
 
     @endpoint
-    async def weights_checksum(self) -> tuple:
-        return self.policy_version, checksum(self.model)
+    async def fingerprint(self) -> tuple[int, str]:
+        return self.version, digest(self.policy)
 
 
-async def main():
+async def main() -> None:
     torch.manual_seed(0)
-    random.seed(0)
-    learner_mesh = this_host().spawn_procs(per_host={"gpus": 1})
-    gen_mesh = this_host().spawn_procs(per_host={"gpus": 2})
+    hub = this_host().spawn_procs(per_host={"hub": 1})
+    farm = this_host().spawn_procs(per_host={"sampler": SAMPLERS})
 
-    traj_q = learner_mesh.spawn("traj", TrajectoryQueue)
-    replay_buf = learner_mesh.spawn("rb", ReplayBuffer)
-    learner = learner_mesh.spawn("learner", Learner, replay_buf)
-    scorer = learner_mesh.spawn("scorer", Scorer, traj_q, replay_buf)
+    inbox = hub.spawn("inbox", Inbox)
+    pool = hub.spawn("pool", Pool)
+    trainer = hub.spawn("trainer", Trainer, pool)
+    judge = hub.spawn("judge", Judge, inbox, pool)
 
-    wb = await learner.weights_handle.call_one()
-    assert all(isinstance(buffer, RDMABuffer) for _, buffer in wb.values())
-    generators = gen_mesh.spawn("generator", Generator, wb, traj_q)
-    await learner.init_generators.call(generators)
+    handles = await trainer.export_weights.call_one()
+    assert set(handles) == {"0.weight", "0.bias", "2.weight", "2.bias"}, set(handles)
+    assert all(isinstance(h, RDMABuffer) for h in handles.values())
+    samplers = farm.spawn("sampler", Sampler, handles, inbox)
+    await trainer.connect.call(samplers)
 
-    before = await generators.weights_checksum.call()
-    _, learner_sum = await learner.weights_checksum.call_one()
-    assert all(s != learner_sum for _, s in before.values()), "generators start different"
+    _, initial = await trainer.fingerprint.call_one()
+    unsynced = await samplers.fingerprint.call()
+    assert all(fp != initial for _, fp in unsynced.values()), "samplers should start apart"
 
-    await generators.generate.call(torch.randn(STATE_DIM))
-    scorer_run_future = scorer.run.call_one()
+    contexts = torch.randn(ROUNDS + 1, CONTEXT_DIM)
+    opening = await samplers.rollout.call(contexts[0])
+    assert opening.values() == [0] * SAMPLERS, opening
+    judging = judge.serve.call_one()  # left running; awaited after the loop
 
-    losses = []
-    for step in range(STEPS):
-        state = torch.randn(STATE_DIM)
-        versions, loss = await asyncio.gather(
-            generators.generate.call(state),
-            learner.step.call_one(),
+    for k in range(ROUNDS):
+        used, stats = await asyncio.gather(
+            samplers.rollout.call(contexts[k + 1]),
+            trainer.train_step.call_one(),
         )
-        assert versions.values() == [step, step], versions  # updated by this step
-        losses.append(float(loss))
-        print(f"[Step {step:02d}] loss={loss:.3f}")
-    assert all(math.isfinite(x) for x in losses), losses
+        # The step refreshed the samplers to version k before they could draw again.
+        assert used.values() == [k] * SAMPLERS, (k, used)
+        assert stats["version"] == k + 1 and math.isfinite(stats["loss"]), stats
+        print(f"round {k}: loss {stats['loss']:+.4f}, mean payoff {stats['payoff']:.3f}")
 
-    print("Stopping scorer...")
-    await scorer.stop_scoring.call_one()
-    scored = await scorer_run_future
-    print(f"scorer scored {scored} trajectory slices")
-    assert scored >= 2 * STEPS, scored
+    await judge.finish.call_one()
+    judged = await judging
+    episodes = SAMPLERS * (ROUNDS + 1)
+    print(f"judge scored {judged} episodes")
+    assert judged == episodes, judged
+    seen = sorted(await pool.versions.call_one())
+    assert seen == sorted([0] * SAMPLERS + [k for k in range(ROUNDS) for _ in range(SAMPLERS)])
 
-    version, learner_sum = await learner.weights_checksum.call_one()
-    assert version == STEPS
-    await generators.update.call(version)
-    after = await generators.weights_checksum.call()
-    print(f"learner v{version} checksum {learner_sum:.6f}; generators {after.values()}")
-    assert after.values() == [(version, learner_sum)] * 2, after
-    print("Training complete")
+    version, trained = await trainer.fingerprint.call_one()
+    assert version == ROUNDS and trained != initial
+    await samplers.refresh.call(version)
+    synced = await samplers.fingerprint.call()
+    assert synced.values() == [(ROUNDS, trained)] * SAMPLERS, synced
+    print(f"samplers hold trainer version {version}, digest {trained[:12]}")
 
 
 if __name__ == "__main__":

@@ -1,81 +1,97 @@
-"""Monarch's docs example ``ping_pong.py``, as a conformance program.
+"""Conformance program modelled on Monarch's docs example ``ping_pong.py``.
 
-A mesh of toy actors answers a call to all of them and to each one through ``slice``;
-then two meshes of two actors each hold references to each other, and every actor of
-one sends a message to its peer at the same coordinates of the other (a blocking call
-made inside an endpoint). Every answer is checked, not only printed.
+Two parts, both checked by value rather than by eye:
+
+1. Echo: four ``Beacon`` actors in one process mesh (``this_host().spawn_procs`` with a
+   ``per_host`` extent) answer a ``call`` to the whole mesh, which gives a ``ValueMesh``
+   in rank order, and then a ``call_one`` sent to each of them through ``slice``.
+2. Rally: two meshes of two ``Player`` actors each, spawned with an extra constructor
+   argument (the team name). Each team is handed the other team's mesh as an endpoint
+   argument, and every player keeps the opponent at its own coordinates
+   (``opponents.slice(**current_rank())``). A ``serve`` endpoint (synchronous) blocks
+   on ``.get()`` of a call it makes to that opponent, so each serve must arrive at
+   exactly one player of the other team, the one with the same rank.
 """
 
 from __future__ import annotations
 
 from monarch.actor import Actor, current_rank, endpoint, this_host
 
-NUM_ACTORS = 4
+BEACONS = 4
+PAIRS = 2
 
 
-class ToyActor(Actor):
+class Beacon(Actor):
+    """Answers with its own rank and a value derived from the message."""
+
     def __init__(self):
-        self.rank = current_rank().rank
+        self.my_rank = current_rank().rank
 
     @endpoint
-    def hello_world(self, msg):
-        print(f"Identity: {self.rank}, {msg=}")
-        return (self.rank, msg)
+    def flash(self, token: str) -> tuple[int, str]:
+        reply = f"{token.upper()}#{self.my_rank}"
+        print(f"beacon {self.my_rank} got {token!r}, replies {reply!r}")
+        return self.my_rank, reply
 
 
-procs = this_host().spawn_procs(per_host={"gpus": NUM_ACTORS})
-toys = procs.spawn("toy_actor", ToyActor)
+lighthouse = this_host().spawn_procs(per_host={"lamp": BEACONS})
+beacons = lighthouse.spawn("beacon", Beacon)
 
-greetings = toys.hello_world.call("hey there, from script!!").get()
-assert sorted(greetings.values()) == [(r, "hey there, from script!!") for r in range(NUM_ACTORS)]
-print("call to all:", greetings.values())
+everyone = beacons.flash.call("all hands").get()
+expected_all = [(r, f"ALL HANDS#{r}") for r in range(BEACONS)]
+assert everyone.values() == expected_all, everyone
+print("one call to the mesh ->", everyone.values())
 
-futures = []
-for idx in range(NUM_ACTORS):
-    one = toys.slice(gpus=idx)
-    futures.append(one.hello_world.call_one(f"Here's an arbitrary unique value: {idx}"))
-answers = [fut.get() for fut in futures]
-assert answers == [(i, f"Here's an arbitrary unique value: {i}") for i in range(NUM_ACTORS)]
-print("call_one per slice:", [rank for rank, _ in answers])
+pending = {lamp: beacons.slice(lamp=lamp).flash.call_one(f"only {lamp}") for lamp in range(BEACONS)}
+singles = {lamp: fut.get() for lamp, fut in pending.items()}
+# The rank was read in __init__ (the actor's place in the whole mesh): each slice of one
+# actor must have reached the beacon at that place.
+for lamp, answer in singles.items():
+    assert answer == (lamp, f"ONLY {lamp}#{lamp}"), (lamp, answer)
+print("call_one on each slice ->", singles)
 
 
-class ExampleActor(Actor):
-    def __init__(self, actor_name):
-        self.actor_name = actor_name
-        self.received = []
+class Player(Actor):
+    """One side of a rally; learns its opponent mesh later, through ``meet``."""
 
-    @endpoint
-    def init(self, other_actor):
-        self.other_actor = other_actor
-        self.other_actor_pair = other_actor.slice(**current_rank())
-        self.identity = current_rank().rank
-
-    @endpoint
-    def send(self, msg):
-        self.other_actor_pair.recv.call(f"Sender ({self.actor_name}:{self.identity}) {msg=}").get()
+    def __init__(self, team: str):
+        self.team = team
+        self.seat = current_rank().rank
+        self.log: list[str] = []
+        self.partner = None
 
     @endpoint
-    def recv(self, msg):
-        print(f"Pong!, Receiver ({self.actor_name}:{self.identity}) received msg {msg}")
-        self.received.append(msg)
+    def meet(self, opponents) -> None:
+        # Keep only the opponent facing this player: same coordinates, other mesh.
+        self.partner = opponents.slice(**current_rank())
 
     @endpoint
-    def inbox(self):
-        return list(self.received)
+    def serve(self, shot: str) -> None:
+        # A blocking wait on another actor, from inside a synchronous endpoint.
+        self.partner.hit.call(f"{shot} from {self.team}/{self.seat}").get()
+
+    @endpoint
+    def hit(self, ball: str) -> None:
+        print(f"{self.team}/{self.seat} returned: {ball}")
+        self.log.append(ball)
+
+    @endpoint
+    def history(self) -> list[str]:
+        return list(self.log)
 
 
-actor_0 = this_host().spawn_procs(per_host={"gpus": 2}).spawn("actor_0", ExampleActor, "actor_0")
-actor_1 = this_host().spawn_procs(per_host={"gpus": 2}).spawn("actor_1", ExampleActor, "actor_1")
+west = this_host().spawn_procs(per_host={"lamp": PAIRS}).spawn("west", Player, "west")
+east = this_host().spawn_procs(per_host={"lamp": PAIRS}).spawn("east", Player, "east")
 
-actor_0.init.call(actor_1).get()
-actor_1.init.call(actor_0).get()
+west.meet.call(east).get()
+east.meet.call(west).get()
 
-actor_0.send.call("Ping").get()
-actor_1.send.call("Ping").get()
+west.serve.call("topspin").get()
+east.serve.call("slice").get()
 
-inbox_0 = actor_0.inbox.call().get()
-inbox_1 = actor_1.inbox.call().get()
-for i in range(2):
-    assert inbox_1.item(gpus=i) == [f"Sender (actor_0:{i}) msg='Ping'"], inbox_1
-    assert inbox_0.item(gpus=i) == [f"Sender (actor_1:{i}) msg='Ping'"], inbox_0
-print("Example completed successfully!")
+west_log = west.history.call().get()
+east_log = east.history.call().get()
+for seat in range(PAIRS):
+    assert east_log.item(lamp=seat) == [f"topspin from west/{seat}"], east_log
+    assert west_log.item(lamp=seat) == [f"slice from east/{seat}"], west_log
+print("rally OK:", west_log.values(), east_log.values())
