@@ -1,7 +1,9 @@
 """Settings: one frozen object, read from ``ACTORMESH_*`` variables in exactly one place.
 
 Nothing here runs at import: ``Config.from_env()`` is called when a runtime starts, so a
-program may set variables before its first mesh.
+program may set variables before its first mesh. The one exception is
+``extensions_disabled()``, read when the compiled hot path is chosen (at import, as
+aiohttp's ``AIOHTTP_NO_EXTENSIONS`` is: a choice made once per process).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Config", "OutputMode"]
+__all__ = ["Config", "OutputMode", "extensions_disabled"]
 
 OutputMode = Literal["prefix", "raw", "off"]
 
@@ -144,3 +146,10 @@ def _parse(name: str, type_text: str, raw: str) -> object:
     except ValueError:
         raise ValueError(f"ACTORMESH_{name.upper()}={raw!r} is not a valid {type_text}") from None
     return raw
+
+
+def extensions_disabled(environ: Mapping[str, str] | None = None) -> bool:
+    """True when ``ACTORMESH_NO_EXTENSIONS`` is set (non-empty): use the pure-Python hot
+    path even where the compiled one is built."""
+    env = os.environ if environ is None else environ
+    return bool(env.get("ACTORMESH_NO_EXTENSIONS"))

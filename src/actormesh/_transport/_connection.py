@@ -33,6 +33,7 @@ from ._frames import (
     parse_prefix,
 )
 from ._shm import map_segment, pool
+from ._speedups import frame_header, parse_inline, receive, send_buffers
 
 __all__ = ["Connection", "TransportClosed"]
 
@@ -41,11 +42,9 @@ log = logging.getLogger("actormesh.transport")
 _READ_CHUNK = 256 * 1024
 _IOV_MAX = 512
 _MAX_FDS = 64
-_ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * 4)
 # Plain ints: the socket module's enum members cost a Python-level call per operation.
 _SOL_SOCKET = int(socket.SOL_SOCKET)
 _SCM_RIGHTS = int(socket.SCM_RIGHTS)
-_MSG_CTRUNC = int(socket.MSG_CTRUNC)
 
 
 class TransportClosed(ConnectionError):
@@ -160,17 +159,16 @@ class Connection:
         returns; smaller ones must not change until flushed (a large frame may be flushed
         by the loop after this returns). Raises ``TransportClosed`` when closed.
         """
-        lengths = [nbytes(part) for part in parts]
+        header, size, largest = frame_header(parts)
         threshold = self._shm_threshold
-        if not threshold or max(lengths, default=0) < threshold:
+        if not threshold or largest < threshold:
             # All inline (every small message): no descriptors, nothing to copy.
-            body = sum(lengths)
-            header = encode_header(lengths, body=body)
             if threading.get_ident() == self._loop_thread:
-                self._send_soon(header, parts, len(header) + body)
+                self._send_soon(header, parts, size)
             else:
-                self._send_locked([header, *parts], [], len(header) + body)
+                self._send_locked([header, *parts], [], size)
             return
+        lengths = [nbytes(part) for part in parts]
         inline: list[Buffer] = []
         fds: list[int] = []
         try:
@@ -230,7 +228,7 @@ class Connection:
                     rights = [(_SOL_SOCKET, _SCM_RIGHTS, array.array("i", fds))]
                     sent = self._sock.sendmsg(buffers, rights)
                 else:
-                    sent = self._sock.sendmsg(buffers)
+                    sent = send_buffers(self._sock, self._sock.fileno(), buffers)
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except OSError as error:
@@ -331,15 +329,14 @@ class Connection:
             self._finish(error)
 
     def _receive(self, into: memoryview) -> int:
-        n, ancillary, flags, _ = self._sock.recvmsg_into([into], _ANCILLARY)
-        for level, kind, data in ancillary:
-            if level == _SOL_SOCKET and kind == _SCM_RIGHTS:
-                received = array.array("i")
-                received.frombytes(data[: len(data) - len(data) % received.itemsize])
-                self._fds.extend(received)
-        if flags & _MSG_CTRUNC:
+        # fileno() is -1 once closed: the read then fails (EBADF) rather than reaching a
+        # descriptor number the process has reused.
+        n, fds, truncated = receive(self._sock, self._sock.fileno(), into)
+        if fds:
+            self._fds.extend(fds)
+        if truncated:
             raise OSError("peer sent more file descriptors than fit; frame lost")
-        return int(n)
+        return n
 
     def _read_big(self) -> None:
         # A large frame is read until the socket runs dry (BlockingIOError ends it in the
@@ -358,6 +355,11 @@ class Connection:
     def _parse(self) -> None:
         buf, view = self._buf, self._view
         while True:
+            # Every frame of plain inline parts at once (the common case, compiled where
+            # built); what stops it (descriptors, a large frame, a partial one) is below.
+            frames, self._start = parse_inline(buf, self._start, self._end, self._max_frame)
+            for parts in frames:
+                self._on_frame(self, parts)
             available = self._end - self._start
             if available < 12:
                 break

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pickle
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = [
     "Buffer",
@@ -19,8 +20,10 @@ __all__ = [
     "RETURNED",
     "SHARED",
     "encode_header",
+    "frame_header",
     "header_size",
     "nbytes",
+    "parse_inline",
     "parse_lengths",
     "parse_prefix",
 ]
@@ -79,3 +82,64 @@ def parse_prefix(buffer: Buffer, offset: int) -> tuple[int, int]:
 def parse_lengths(buffer: Buffer, offset: int, nparts: int) -> tuple[int, ...]:
     """The part lengths of the frame starting at ``offset`` (its prefix already parsed)."""
     return struct.unpack_from(f"<{nparts}Q", buffer, offset + PREFIX.size)
+
+
+# The two functions below are the per-message hot path; ``_cframes.c`` is their compiled
+# twin (selected by ``_speedups``) and must behave exactly as they do.
+
+_MAX_PARTS = 1 << 20
+
+
+def frame_header(parts: Sequence[Buffer]) -> tuple[bytes, int, int]:
+    """``(header, frame size, largest part)`` of a frame whose parts all travel inline."""
+    lengths = [nbytes(part) for part in parts]
+    if len(lengths) > _MAX_PARTS:
+        raise ValueError(f"a frame of {len(lengths)} parts, over the limit")
+    body = sum(lengths)
+    header = encode_header(lengths, body=body)
+    return header, len(header) + body, max(lengths, default=0)
+
+
+def parse_inline(
+    buffer: Any, start: int, end: int, max_frame_bytes: int
+) -> tuple[list[list[memoryview]], int]:
+    """Split the complete frames in ``buffer[start:end]`` into their parts.
+
+    Returns the frames (each a list of writable memoryviews over a copy of its body: the
+    read buffer is reused) and where parsing stopped: in front of an incomplete frame, a
+    control frame (``RETURNED``) or a frame with ``SHARED`` parts, which need the
+    descriptors that came with them (the connection handles those).
+
+    Raises:
+        OSError: a frame over ``max_frame_bytes`` or whose lengths do not add up.
+    """
+    if start < 0 or end < start or end > len(buffer):
+        raise ValueError(f"bad range [{start}, {end}) of a buffer of {len(buffer)} bytes")
+    frames: list[list[memoryview]] = []
+    view = memoryview(buffer)
+    while end - start >= PREFIX.size:
+        nparts, body = parse_prefix(buffer, start)
+        if nparts & RETURNED:
+            break
+        if body > max_frame_bytes or nparts > _MAX_PARTS:
+            raise OSError(f"peer sent a frame of {body} bytes, over the limit")
+        head = header_size(nparts)
+        if end - start < head:
+            break
+        lengths = parse_lengths(buffer, start, nparts)
+        shared = any(n & SHARED for n in lengths)
+        if sum(lengths) != body and sum(n for n in lengths if not n & SHARED) != body:
+            raise OSError(f"peer sent a frame whose part lengths do not add up to {body}")
+        if shared or end - start - head < body:
+            break
+        whole = memoryview(bytearray(view[start + head : start + head + body]))
+        if nparts == 1:
+            frames.append([whole])
+        else:
+            parts, offset = [], 0
+            for length in lengths:
+                parts.append(whole[offset : offset + length])
+                offset += length
+            frames.append(parts)
+        start += head + body
+    return frames, start

@@ -1,0 +1,13 @@
+# The compiled twin of actormesh._transport._speedups' functions (see _cframes.c).
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+def frame_header(parts: Sequence[Any], /) -> tuple[bytes, int, int]: ...
+def parse_inline(
+    buffer: Any, start: int, end: int, max_frame_bytes: int, /
+) -> tuple[list[list[memoryview]], int]: ...
+def receive(sock: socket.socket, fd: int, into: memoryview, /) -> tuple[int, list[int], bool]: ...
+def send_buffers(sock: socket.socket, fd: int, buffers: Sequence[Any], /) -> int: ...
