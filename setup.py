@@ -1,21 +1,33 @@
-"""The C extension (everything else is in pyproject.toml).
+"""The C extensions (everything else is in pyproject.toml).
 
 ``actormesh._transport._cframes`` is the compiled twin of the per-message frame path
-(see ``src/actormesh/_transport/_speedups.py``). It is optional: where it cannot be built
-(no C compiler), the install goes on and the pure-Python path is used.
+(see ``src/actormesh/_transport/_speedups.py``); ``actormesh._hosts._cfork`` the fork of
+the fork server. Both are optional: where they cannot be built (no C compiler), the
+install goes on and the pure-Python path is used (workers then start as fresh
+interpreters).
 """
 
 from __future__ import annotations
 
 from setuptools import Extension, setup
 
+_FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+
 setup(
     ext_modules=[
         Extension(
             "actormesh._transport._cframes",
             sources=["src/actormesh/_transport/_cframes.c"],
-            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+            extra_compile_args=_FLAGS,
             optional=True,
-        )
+        ),
+        # The fork server's fork (see src/actormesh/_hosts/_forkserver.py); without it
+        # workers are started as fresh interpreters.
+        Extension(
+            "actormesh._hosts._cfork",
+            sources=["src/actormesh/_hosts/_cfork.c"],
+            extra_compile_args=_FLAGS,
+            optional=True,
+        ),
     ]
 )

@@ -13,7 +13,8 @@ from bench.catalog import Row, Workload, by_name
 __all__ = ["format_value", "ratio", "render"]
 
 _BASE = "actormesh"
-_NO_RATIO = {"floor"}  # the floor is a bound, not a competitor
+# The floor is a bound, not a competitor; the pure-Python column is actormesh itself.
+_NO_RATIO = {"floor", "actormesh_pure"}
 
 
 def format_value(value: float, unit: str) -> str:

@@ -69,13 +69,14 @@ def _machine() -> dict[str, Any]:
     }
 
 
-def _worker_env() -> dict[str, str]:
+def _worker_env(sys_entry: Entry) -> dict[str, str]:
     paths = [str(ROOT), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
     return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(p for p in paths if p),
         "PYTHONUNBUFFERED": "1",
         "RAY_USAGE_STATS_ENABLED": "0",  # Ray would otherwise try to phone home
+        **sys_entry.env,
     }
 
 
@@ -96,7 +97,7 @@ class _Watch:
                 pass_fds=(write_fd,),
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=_worker_env(),
+                env=_worker_env(sys_entry),
                 cwd=ROOT,
                 start_new_session=True,
             )
@@ -170,7 +171,7 @@ def _run_system(sys_entry: Entry, names: list[str], quick: bool, logs: Path) -> 
             else f"{event['status']}: {event.get('reason', '')}"
         )
         print(
-            f"  {sys_entry.name:9} {event['workload']:22} {event['wall_s']:6.1f} s  {what}",
+            f"  {sys_entry.name:14} {event['workload']:22} {event['wall_s']:6.1f} s  {what}",
             file=sys.stderr,
         )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -29,6 +29,8 @@ class Entry:
     """Top-level module whose presence means the system is installed."""
     distribution: str | None
     """Package whose version is reported (None: report the Python version)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Set in the benchmark worker's environment (and so in every process it starts)."""
 
     def installed(self) -> bool:
         """Whether ``requires`` can be imported in this interpreter."""
@@ -60,6 +62,16 @@ class Entry:
 
 SYSTEMS: tuple[Entry, ...] = (
     Entry("actormesh", "actormesh", "bench.systems.actormesh_sys", "actormesh", "actormesh"),
+    # The same library forced onto its pure-Python per-message path and fresh-interpreter
+    # spawns: what a machine without a C compiler gets.
+    Entry(
+        "actormesh_pure",
+        "actormesh (pure Python)",
+        "bench.systems.actormesh_sys",
+        "actormesh",
+        "actormesh",
+        env={"ACTORMESH_NO_EXTENSIONS": "1"},
+    ),
     Entry("monarch", "Monarch", "bench.systems.monarch_sys", "monarch", "torchmonarch"),
     Entry("ray", "Ray", "bench.systems.ray_sys", "ray", "ray"),
     Entry("torchrpc", "torch.rpc", "bench.systems.torchrpc_sys", "torch", "torch"),

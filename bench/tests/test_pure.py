@@ -129,10 +129,21 @@ def test_generic_workloads_are_all_in_the_catalog() -> None:
 
 
 def test_registry_knows_every_system_and_rejects_strangers() -> None:
-    assert [e.name for e in SYSTEMS] == ["actormesh", "monarch", "ray", "torchrpc", "floor"]
+    names = [e.name for e in SYSTEMS]
+    assert names == ["actormesh", "actormesh_pure", "monarch", "ray", "torchrpc", "floor"]
     assert entry("floor").installed()
     with pytest.raises(KeyError, match="known"):
         entry("dask")
+
+
+def test_the_pure_python_column_forces_the_fallback_in_its_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bench.run import _worker_env
+
+    monkeypatch.delenv("ACTORMESH_NO_EXTENSIONS", raising=False)
+    assert _worker_env(entry("actormesh_pure"))["ACTORMESH_NO_EXTENSIONS"] == "1"
+    assert "ACTORMESH_NO_EXTENSIONS" not in _worker_env(entry("actormesh"))
 
 
 def test_fanout_packs_actors_only_where_the_system_allows() -> None:

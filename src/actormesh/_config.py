@@ -64,6 +64,9 @@ class Config:
             weight sync, a stop that waits): ``"auto"`` when stderr is a terminal and the
             operation has taken more than 2 s, ``"always"`` (to stderr, even into a log),
             ``"never"``.
+        fork_server: fork local workers from one pre-imported template process per
+            owner (milliseconds each) instead of starting each as a fresh interpreter;
+            used where the compiled fork is built (see ``_hosts._forkserver``).
         secret: the job's secret; every TCP connection proves it before a frame is read.
             ``None``: a controller makes one up when it first listens on TCP and hands it
             to the workers it starts; workers started by someone else need it given.
@@ -88,6 +91,7 @@ class Config:
     output_window: float = 0.25
     progress: Literal["auto", "always", "never"] = "auto"
     secret: str | None = dataclasses.field(default=None, repr=False)
+    fork_server: bool = True
 
     def __post_init__(self) -> None:
         if self.output not in ("prefix", "raw", "off"):

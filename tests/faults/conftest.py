@@ -19,7 +19,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +94,7 @@ def leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
         else:
             os.environ[TAG] = previous
         leaks = watch.finish(_EXIT_GRACE_S)
-        leaks.fds = _new_fds(fds_before)
+        leaks.fds = _new_fds(fds_before, Runtime.get().owned_descriptors)
         leaks.shm = sorted(shm_segments() - shm_before)
         leaks.files = sorted(socket_files() - files_before)
         record = _RESULTS.setdefault(request.node.nodeid, {})
@@ -104,12 +104,20 @@ def leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
             pytest.fail(f"the test leaked: {json.dumps(leaks.__dict__, indent=2)}")
 
 
-def _new_fds(before: dict[int, str]) -> list[str]:
-    # Descriptors close on the loop thread a moment after the processes are gone.
+def _new_fds(before: dict[int, str], runtime_owned: Callable[[], set[int]]) -> list[str]:
+    # Descriptors close on the loop thread a moment after the processes are gone. The
+    # sockets of sync threads' reply routes to processes that outlive the test (a module's
+    # mesh) and the fork server's are the runtime's, as its own connections are: they
+    # close when those processes go away, the thread ends or the runtime stops.
     deadline = time.monotonic() + 2.0
     while True:
         now = open_fds()
-        new = [f"{fd} -> {target}" for fd, target in now.items() if before.get(fd) != target]
+        owned = runtime_owned()
+        new = [
+            f"{fd} -> {target}"
+            for fd, target in now.items()
+            if before.get(fd) != target and fd not in owned
+        ]
         new = [entry for entry in new if not _transient(entry)]
         if not new or time.monotonic() > deadline:
             return new

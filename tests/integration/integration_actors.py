@@ -298,3 +298,28 @@ def _flat_bytes(value: Any) -> bytes:
     if isinstance(value, np.ndarray):
         return value.tobytes()
     return bytes(value)
+
+
+class TaskUser(Actor):
+    """Async endpoints that need to run as a task from their first line."""
+
+    @endpoint
+    async def timed_out(self) -> str:
+        # asyncio.timeout and TaskGroup refuse to run outside a task, and a timeout
+        # cancels the task it was entered in.
+        assert asyncio.current_task() is not None
+        async with asyncio.TaskGroup() as group:
+            group.create_task(asyncio.sleep(0))
+        try:
+            async with asyncio.timeout(0.05):
+                await asyncio.sleep(30)
+        except TimeoutError:
+            return "timed out"
+        return "not timed out"
+
+    @endpoint
+    async def same_task(self) -> bool:
+        # The task that runs the endpoint's first line runs the rest too.
+        first = asyncio.current_task()
+        await asyncio.sleep(0.01)
+        return asyncio.current_task() is first

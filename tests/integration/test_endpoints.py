@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from integration_actors import Echo
+from integration_actors import Echo, TaskUser
 
 from actormesh import Actor, ActorMesh, EndpointNotFoundError, ProcMesh, endpoint
 from actormesh._api._endpoint import as_endpoint
@@ -99,3 +99,11 @@ def test_endpoint_called_directly_on_the_mesh_explains_the_adverbs(
 ) -> None:
     with pytest.raises(TypeError, match="use an adverb"):
         echo.async_echo(1)
+
+
+def test_async_endpoints_run_as_a_task_from_their_first_line(procs: ProcMesh) -> None:
+    # An endpoint starts in the callback that read its message (no loop turn lost): it
+    # still is its task's, so timeouts, task groups and current_task() work.
+    users = procs.spawn("task_users", TaskUser)
+    assert users.timed_out.call().get(timeout=30).values() == ["timed out"] * 4
+    assert users.same_task.call().get(timeout=30).values() == [True] * 4

@@ -26,6 +26,7 @@ import actormesh
 from actormesh import ActorDiedError, ActorMesh, HostMesh, ProcMesh, host_mesh
 from actormesh._core._envelope import CAST, RELAY, decode_header
 from actormesh._hosts import Runtime
+from actormesh._hosts._forkserver import available as forks_available
 from actormesh._transport import Connection, route
 from actormesh.allocators import ExternalAllocator
 
@@ -235,7 +236,9 @@ def test_every_host_is_empty_soon_after_the_controller_is_killed(network: Networ
     try:
         assert _line(controller, 90).startswith("READY")
         started = running() - others
-        assert len(started) == 3 * 3  # an agent and two workers on each host
+        # An agent, two workers and (where workers are forked) the fork server's template
+        # on each host.
+        assert len(started) == 3 * (3 + forks_available())
         controller.kill()
         killed = time.monotonic()
         _wait_until(lambda: not running() & started, 10, "every namespace to empty")

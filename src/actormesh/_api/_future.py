@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -135,6 +136,12 @@ class Future(Generic[R]):
 
     def add_done_callback(self, fn: Callable[[Future[R]], None]) -> None:
         """Call ``fn(self)`` when done (at once if already done), on the resolving thread."""
+        route = self._route
+        if route is not None:
+            route.foreign_waiter()  # a thread's route: read by the runtime from now on
+        self._add_callback(fn)
+
+    def _add_callback(self, fn: Callable[[Future[R]], None]) -> None:
         with self._lock:
             if self._state == _PENDING:
                 self._callbacks.append(fn)
@@ -168,13 +175,19 @@ class Future(Generic[R]):
             if route is not None:
                 route.check_orphaned()
                 if route.must_pump():
-                    route.pump(self.done, timeout)
-                    if self._state == _PENDING:
-                        raise self._timed_out(timeout)
-                    return self._value_now()
+                    started = time.monotonic()
+                    if route.pump(self.done, timeout) or self._state != _PENDING:
+                        if self._state == _PENDING:
+                            raise self._timed_out(timeout)
+                        return self._value_now()
+                    # Handed to the runtime meanwhile: wait for it to read, below.
+                    if timeout is not None:
+                        timeout = max(timeout - (time.monotonic() - started), 0)
+                else:
+                    route.foreign_waiter()  # another thread's route: it may never pump
             waiter = threading.Lock()
             waiter.acquire()
-            self.add_done_callback(lambda _: waiter.release())
+            self._add_callback(lambda _: waiter.release())
             ready = waiter.acquire(timeout=-1 if timeout is None else max(timeout, 0))
             if not ready and self._state == _PENDING:
                 raise self._timed_out(timeout)

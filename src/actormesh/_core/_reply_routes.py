@@ -29,10 +29,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import select
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -41,7 +43,7 @@ from .._transport import route as route_of
 from .._transport._blocking import exchange_frame
 from . import _envelope as env
 
-__all__ = ["ReplyRoute", "ReplyRoutes"]
+__all__ = ["ReplyRoute", "ReplyRoutes", "ThreadRoute"]
 
 # Seconds between the runtime's checks for routes whose loop has closed.
 _ADOPT_EVERY = 1.0
@@ -78,12 +80,13 @@ class ReplyRoute:
         self._refused: set[str] = set()  # processes that did not confirm a route
         self._lock = threading.Lock()
         self._calls = 0  # calls made on the loop (loop thread only)
+        self.route_after = _ROUTE_AFTER
         self._pending = 0  # routed calls not finished yet (any thread)
 
     def begin(self) -> bool:
         """A call is made on the loop: True if it is routed (then ``end`` must follow)."""
         self._calls += 1
-        if self._calls <= _ROUTE_AFTER or self.adopted:
+        if self._calls <= self.route_after or self.adopted:
             return False
         with self._lock:
             self._pending += 1
@@ -121,9 +124,17 @@ class ReplyRoute:
             self._refused.add(path)
             return None
         conn = self._new_connection(sock, self.loop, path)
-        conn.start()
+        self._start(conn)
         self._conns[path] = conn
         return self.token
+
+    def _start(self, conn: Connection) -> None:
+        """Begin reading a new connection of the route (on the route's loop)."""
+        conn.start()
+
+    def foreign_waiter(self) -> None:
+        """Someone other than the route's reader waits on one of its calls (a callback, a
+        ``get()`` on another thread). A loop reads its route whatever its callers do."""
 
     def must_pump(self) -> bool:
         """True when a blocking wait must read this route itself: it runs on the route's
@@ -140,13 +151,16 @@ class ReplyRoute:
         if not self.adopted and self.loop.is_closed():
             self._request_adoption()
 
-    def pump(self, done: Callable[[], bool], timeout: float | None) -> None:
+    def pump(self, done: Callable[[], bool], timeout: float | None) -> bool:
         """Read this route's connections on this thread until ``done()`` or ``timeout``.
 
         For a ``Future.get()`` on the route's own loop thread (a Jupyter cell in sync
         style, say): the loop is blocked in this call and cannot read its replies. The
         select wakes at least every 50 ms to see answers that came the other way (a death
         the runtime noticed, an answer on the runtime's connection).
+
+        Returns False when it stopped early because the route was handed to the runtime
+        (the caller then waits for the runtime to read it); True otherwise.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while not done():
@@ -154,14 +168,25 @@ class ReplyRoute:
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
                 if wait <= 0:
-                    return
-            conns = [conn for conn in self._conns.values() if not conn.closed]
+                    return True
+            conns: list[Any] = [conn for conn in self._conns.values() if not conn.closed]
             try:
-                readable, _, _ = select.select(conns, [], [], wait)
-            except (InterruptedError, ValueError):
+                readable, _, _ = select.select([*conns, *self._wake_fds()], [], [], wait)
+            except (InterruptedError, ValueError, OSError):
                 continue  # a connection closed meanwhile: list them again
             for conn in readable:
-                conn.read_ready()
+                if isinstance(conn, int):
+                    self._drain_wake()
+                else:
+                    conn.read_ready()
+        return True
+
+    def _wake_fds(self) -> list[int]:
+        """Descriptors beside the connections that end a pump's wait (none for loops)."""
+        return []
+
+    def _drain_wake(self) -> None:
+        """Consume the wake-up that ended a pump's wait."""
 
     def adopt(self, runtime_loop: asyncio.AbstractEventLoop) -> bool:
         """Hand the connections to the runtime's loop (on its thread; the route's loop is
@@ -188,11 +213,154 @@ class ReplyRoute:
             else:
                 conn.close()
 
+    def close_path(self, path: str) -> None:
+        """Close the connection to ``path``, if any (a pump reading it sees it closed)."""
+        conn = self._conns.pop(path, None)
+        if conn is not None:
+            conn.close()
+
     def forget(self, conn: Connection) -> None:
         """``conn`` closed: the next call opens a new one (the process restarted, say)."""
         for path, known in list(self._conns.items()):
             if known is conn:
                 del self._conns[path]
+
+
+class ThreadRoute(ReplyRoute):
+    """The connections one thread without an event loop reads its replies on.
+
+    Sync code (a script's main thread, an actor's ``def`` endpoint calling another mesh)
+    waits in ``Future.get()``. Without a route the runtime's thread reads each reply and
+    wakes the waiting thread: two wake-ups and a thread hand-off per call. With one, the
+    waiting thread reads its own reply (``pump``: a blocking receive), the runtime's
+    thread never wakes. Nobody else reads the route while its thread is not waiting, so
+    the route goes to the runtime for good (``hand_over``) as soon as anything else waits
+    for one of its calls: a done-callback, an ``await``, a ``get()`` on another thread,
+    or nobody (the runtime looks once a second for a dead thread, or calls left waiting
+    with no ``get()`` under way). A pump on the thread never overlaps the runtime's
+    reading: the hand-over completes on the runtime's loop once no pump runs.
+    """
+
+    def __init__(
+        self,
+        runtime_loop: asyncio.AbstractEventLoop,
+        token: str,
+        new_connection: ConnectionFactory,
+        hand_over: Callable[[ThreadRoute], None],
+        on_idle_adopted: Callable[[ReplyRoute], None],
+    ) -> None:
+        super().__init__(runtime_loop, token, new_connection, lambda: None, on_idle_adopted)
+        self.thread = threading.current_thread()
+        self._hand_over = hand_over
+        self.pumping = False
+        self.progress = 0  # pumps and calls so far: the runtime's sign of life
+        self.seen = 0  # ``progress`` at the runtime's last look
+        self._polled: tuple[tuple[int, ...], select.poll, dict[int, Connection]] | None = None
+        # Written by a thread that settles one of our calls while we pump (a death, an
+        # answer that came the runtime's way): the pump sees it at once, not in 50 ms.
+        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def _start(self, conn: Connection) -> None:
+        pass  # read by pumping only, until handed over (``adopt`` starts them then)
+
+    def begin(self) -> bool:
+        self.progress += 1
+        return super().begin()
+
+    def must_pump(self) -> bool:
+        return not self.adopted and threading.get_ident() == self.thread_id
+
+    def check_orphaned(self) -> None:
+        pass  # a thread has no "closed": the runtime's periodic look finds dead ones
+
+    def foreign_waiter(self) -> None:
+        if not self.adopted:
+            self._hand_over(self)
+
+    def claim(self) -> bool:
+        """Mark the route handed over (any thread). True when nobody pumps it now, so
+        the runtime may start reading it; else the pump hands it over as it stops."""
+        with self._lock:
+            if self.adopted:
+                return False
+            self.adopted = True
+            if not self.pumping:
+                return True
+        self._wake()  # the pump stops now, and hands the route over itself
+        return False
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_write, b"!")
+
+    def pump(self, done: Callable[[], bool], timeout: float | None) -> bool:
+        # The loop routes' pump, made lean: this one runs once per call of sync code.
+        with self._lock:
+            if self.adopted:
+                return False
+            self.pumping = True
+        self.progress += 1
+        finished = True
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not done() and not self.adopted:
+                wait = _PUMP_SLICE
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        break
+                poller, by_fd = self._poller()
+                for fd, _ in poller.poll(wait * 1000):
+                    conn = by_fd.get(fd)
+                    if conn is None:
+                        self._drain_wake()
+                    elif not conn.closed:
+                        conn.read_ready()
+            else:
+                finished = not self.adopted or done()
+        finally:
+            with self._lock:
+                self.pumping = False
+                handing = self.adopted
+            if handing:  # claimed while we pumped: the runtime reads from now on
+                self._hand_over(self)
+        return finished and not handing
+
+    def _poller(self) -> tuple[select.poll, dict[int, Connection]]:
+        # What pump waits on: kept while the route's connections stay the same.
+        conns = self._conns
+        key = tuple(id(conn) for conn in conns.values())
+        if self._polled is None or self._polled[0] != key:
+            poller = select.poll()
+            by_fd = {}
+            for conn in conns.values():
+                if not conn.closed:
+                    by_fd[conn.fileno()] = conn
+                    poller.register(conn.fileno(), select.POLLIN)
+            if self._wake_read >= 0:
+                poller.register(self._wake_read, select.POLLIN)
+            self._polled = (key, poller, by_fd)
+        return self._polled[1], self._polled[2]
+
+    def end(self) -> None:
+        super().end()
+        if self.pumping and threading.get_ident() != self.thread_id:
+            self._wake()
+
+    def _wake_fds(self) -> list[int]:
+        return [self._wake_read] if self._wake_read >= 0 else []
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.read(self._wake_read, 4096)
+
+    def close(self) -> None:
+        super().close()
+        with self._lock:
+            fds, self._wake_read, self._wake_write = (self._wake_read, self._wake_write), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
 
 
 def _open(path: str, token: str) -> socket.socket:
@@ -235,15 +403,21 @@ class ReplyRoutes:
         self._prefix = prefix
         self._ids = itertools.count(1)
         self._routes: dict[asyncio.AbstractEventLoop, ReplyRoute] = {}
+        self._threads: dict[int, ThreadRoute] = {}  # by thread identifier
+        # Routes handed over while their thread lived, by thread.
+        self._handed: weakref.WeakKeyDictionary[threading.Thread, int] = weakref.WeakKeyDictionary()
         self._adopted: list[ReplyRoute] = []  # read by the runtime now; closed with it
         self._lock = threading.Lock()
         self._watching = False
         self.closed = False
 
     def current(self) -> ReplyRoute | None:
-        """The route of the loop running on this thread, if it is a foreign one."""
+        """The route of the loop running on this thread, if it is a foreign one, or of
+        this thread if it runs no loop."""
         loop = asyncio._get_running_loop()
-        if loop is None or loop is self._runtime_loop or self.closed:
+        if loop is None:
+            return None if self.closed else self._thread_route()
+        if loop is self._runtime_loop or self.closed:
             return None
         route = self._routes.get(loop)
         if route is None:
@@ -261,12 +435,71 @@ class ReplyRoutes:
                     )
                     self._routes[loop] = route
                     closed = self._take_closed_idle()
-                    if not self._watching:
-                        self._watching = True
-                        self._runtime_loop.call_soon_threadsafe(self._watch)
+                    self._start_watching()
             for old in closed:
                 old.close()  # nobody reads them: their loops are closed, no call waits
         return route
+
+    def _thread_route(self) -> ThreadRoute:
+        thread = threading.get_ident()
+        route = self._threads.get(thread)
+        if route is None or not route.thread.is_alive():
+            with self._lock:
+                route = ThreadRoute(
+                    self._runtime_loop,
+                    f"{self._prefix}/{next(self._ids)}",
+                    self._new_connection,
+                    self._hand_over,
+                    self._drop_adopted,
+                )
+                # A thread whose routes were handed over before waits longer for the next
+                # (each costs a connection per process): 8, 16, ... up to 8192 calls.
+                handed = self._handed.get(threading.current_thread(), 0)
+                route.route_after = _ROUTE_AFTER << min(handed, 10)
+                old, self._threads[thread] = self._threads.get(thread), route
+                self._start_watching()
+            if old is not None:  # a dead thread's (its identifier was reused)
+                self._hand_over(old)
+        return route
+
+    def _hand_over(self, route: ThreadRoute) -> None:
+        """Have the runtime read ``route`` from now on (any thread; see ``ThreadRoute``)."""
+        with self._lock:
+            if self._threads.get(route.thread_id) is route:
+                del self._threads[route.thread_id]  # the thread's next calls: a new route
+                if route.thread.is_alive():  # (a thread's identifier outlives it)
+                    self._handed[route.thread] = self._handed.get(route.thread, 0) + 1
+        if route.claim() or not route.pumping:
+            with contextlib.suppress(RuntimeError):  # a closed loop: shutting down
+                self._runtime_loop.call_soon_threadsafe(self._adopt_thread_route, route)
+
+    def _adopt_thread_route(self, route: ThreadRoute) -> None:
+        # On the runtime's loop, with nobody pumping the route (see ThreadRoute.claim).
+        if route.pumping or route in self._adopted or self.closed:
+            return
+        if route.adopt(self._runtime_loop):
+            with self._lock:
+                if not route.idle:
+                    self._adopted.append(route)
+                    return
+            route.close()
+
+    def _start_watching(self) -> None:
+        # With the lock held.
+        if not self._watching:
+            self._watching = True
+            self._runtime_loop.call_soon_threadsafe(self._watch)
+
+    def _look_at_threads(self) -> None:
+        # Routes whose thread died, or whose calls wait with nobody pumping since the last
+        # look, go to the runtime: their replies must still be read.
+        with self._lock:
+            routes = list(self._threads.values())
+        for route in routes:
+            stalled = not route.idle and not route.pumping and route.progress == route.seen
+            route.seen = route.progress
+            if stalled or not route.thread.is_alive():
+                self._hand_over(route)
 
     def _take_closed_idle(self) -> list[ReplyRoute]:
         # With the lock held: the routes of closed loops that no call waits on, removed.
@@ -300,18 +533,40 @@ class ReplyRoutes:
 
     def _watch(self) -> None:
         # While foreign routes exist, look for closed loops once a second: a reply that
-        # arrives after its loop closed is then still read (by the runtime).
+        # arrives after its loop closed is then still read (by the runtime). Threads'
+        # routes likewise (see _look_at_threads).
         self.adopt_closed()
+        self._look_at_threads()
         with self._lock:
-            if not self._routes or self.closed:
+            if not (self._routes or self._threads) or self.closed:
                 self._watching = False
                 return
         self._runtime_loop.call_later(_ADOPT_EVERY, self._watch)
 
+    def descriptors(self) -> set[int]:
+        """The descriptors of threads' routes now open, sockets and wake-up pipes (for
+        leak checks: they are the runtime's, as its own connections are)."""
+        with self._lock:
+            routes = list(self._threads.values())
+        found = {conn.fileno() for route in routes for conn in list(route._conns.values())}
+        for route in routes:
+            found.update(route._wake_fds())
+            found.add(route._wake_write)
+        return found
+
+    def peer_gone(self, path: str) -> None:
+        """The runtime's own connection to ``path`` closed (the process died or left):
+        threads' connections there close too. Nobody may be reading them to see it (a
+        loop reads its own and sees the hang-up)."""
+        with self._lock:
+            routes = list(self._threads.values())
+        for route in routes:
+            route.close_path(path)
+
     def forget(self, conn: Connection) -> None:
         """A route connection closed."""
         with self._lock:
-            routes = [*self._routes.values(), *self._adopted]
+            routes = [*self._routes.values(), *self._threads.values(), *self._adopted]
         for route in routes:
             route.forget(conn)
 
@@ -319,8 +574,9 @@ class ReplyRoutes:
         """Close every route (the runtime is shutting down)."""
         with self._lock:
             self.closed = True
-            routes = [*self._routes.values(), *self._adopted]
+            routes = [*self._routes.values(), *self._threads.values(), *self._adopted]
             self._routes.clear()
+            self._threads.clear()
             self._adopted.clear()
         for route in routes:
             route.close()

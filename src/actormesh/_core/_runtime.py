@@ -576,6 +576,7 @@ class CoreRuntime(Hosting):
                     del self._conns[path]
         if self._reply_conns:
             self._forget_reply_conn(conn)
+        self.routes.peer_gone(conn.peer)
         if conn is self._parent:
             self._exit_worker("the owner went away")
             return

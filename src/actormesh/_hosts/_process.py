@@ -1,6 +1,8 @@
 """Worker processes on this host: launching them, watching them die, killing them.
 
-A worker is ``python -m actormesh._bootstrap`` with its identity in the environment. Its
+A worker is ``python -m actormesh._bootstrap`` with its identity in the environment,
+started fresh or forked from the owner's fork server (``_forkserver``: the same process
+as far as anyone can tell, without the imports). Its
 exit is seen at once through a pidfd on the owner's event loop (no polling), which gives
 the exit code or signal for error messages.
 
@@ -20,6 +22,9 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from typing import IO
+
+from ._forkserver import ForkedPopen, ForkServer, ForkServerError
 
 __all__ = ["ChildProcess", "describe_exit", "kill_process_group", "launch"]
 
@@ -47,12 +52,18 @@ class ChildProcess:
         key: unique name of the process within the job.
         rank: its rank in its process mesh.
         listen_path: where it accepts connections.
-        popen: the ``subprocess.Popen`` object.
+        popen: the ``subprocess.Popen`` object (or its fork-server twin).
     """
 
     local = True  # on this host: its pid means something in /proc here
 
-    def __init__(self, key: str, rank: int, listen_path: str, popen: subprocess.Popen[bytes]):
+    def __init__(
+        self,
+        key: str,
+        rank: int,
+        listen_path: str,
+        popen: subprocess.Popen[bytes] | ForkedPopen,
+    ) -> None:
         self.key = key
         self.rank = rank
         self.listen_path = listen_path
@@ -136,12 +147,21 @@ def launch(
     env: Mapping[str, str],
     output: str,
     tcp_socket: socket.socket | None = None,
+    forks: ForkServer | None = None,
 ) -> ChildProcess:
     """Start one worker; its stdout/stderr are pipes when ``output`` is "prefix".
 
     ``tcp_socket``: a listening socket the worker inherits (its number in
-    ``ACTORMESH_TCP_FD``) and accepts TCP peers on.
+    ``ACTORMESH_TCP_FD``) and accepts TCP peers on. ``forks``: fork it from this fork
+    server (see ``_forkserver``) when it can, else start a fresh interpreter.
     """
+    if forks is not None:
+        try:
+            child = _fork(forks, key, rank, listen_path, env, output, tcp_socket)
+        except ForkServerError:
+            pass  # said once by the server (it is not used again): start it afresh
+        else:
+            return child
     if tcp_socket is not None:
         env = {**env, "ACTORMESH_TCP_FD": str(tcp_socket.fileno())}
     if output == "prefix":
@@ -160,6 +180,52 @@ def launch(
         close_fds=True,
         pass_fds=() if tcp_socket is None else (tcp_socket.fileno(),),
     )
+    child = ChildProcess(key, rank, listen_path, popen)
+    child.env = dict(env)
+    child.tcp_socket = tcp_socket
+    return child
+
+
+def _fork(
+    forks: ForkServer,
+    key: str,
+    rank: int,
+    listen_path: str,
+    env: Mapping[str, str],
+    output: str,
+    tcp_socket: socket.socket | None,
+) -> ChildProcess:
+    """``launch`` through the fork server: the same worker, forked (see ``_forkserver``)."""
+    opened: list[int] = []  # our ends to close once sent (the child has its copies)
+    readers: list[IO[bytes] | None] = [None, None]
+    try:
+        stdin = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        opened.append(stdin)
+        if output == "prefix":
+            streams = []
+            for index in range(2):
+                read, write = os.pipe2(os.O_CLOEXEC)
+                readers[index] = open(read, "rb", buffering=0)  # noqa: SIM115 (the forwarder closes it)
+                opened.append(write)
+                streams.append(write)
+            stdout, stderr = streams
+        elif output == "off":
+            stdout = stderr = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+            opened.append(stdout)
+        else:
+            stdout, stderr = 1, 2  # the owner's own, as subprocess lets a child inherit them
+        full_env = {**os.environ, **env}
+        tcp = tcp_socket.fileno() if tcp_socket is not None else None
+        pid = forks.spawn(full_env, os.getcwd(), stdin, stdout, stderr, tcp)
+    except BaseException:
+        for reader in readers:
+            if reader is not None:
+                reader.close()
+        raise
+    finally:
+        for fd in opened:
+            os.close(fd)
+    popen = ForkedPopen(pid, readers[0], readers[1])
     child = ChildProcess(key, rank, listen_path, popen)
     child.env = dict(env)
     child.tcp_socket = tcp_socket

@@ -40,6 +40,8 @@ from .._transport import (
 from ._agent_link import AgentLink, RelayConnection, RelayedProcess, WorkerSpec
 from ._aggregate import LineAggregator
 from ._debug_relay import DebugRelay
+from ._forkserver import ForkServer, template_key
+from ._forkserver import available as forks_available
 from ._heartbeat import HeartbeatMonitor
 from ._joining import JoinWait
 from ._output import PipeForwarder
@@ -77,6 +79,9 @@ class Runtime(CoreRuntime):
         self._agent_ids = itertools.count()
         self.frame_kinds[env.EVENT] = self._on_agent_event
         self._aggregator: LineAggregator | None = None
+        # Where local workers are forked from (see _forkserver), once a spawn needs one.
+        self._forks: ForkServer | None = None
+        self._forks_failures = 0
         # Breakpoints in workers: passed up to the owner (a controller puts its own
         # debugger hub here, see actormesh._observe).
         self.frame_kinds[env.DEBUG] = DebugRelay(self).on_frame
@@ -106,7 +111,18 @@ class Runtime(CoreRuntime):
         if child.alive():
             self._fail_connection(conn, f"process {child.pid} closed its connection")
 
+    def owned_descriptors(self) -> set[int]:
+        """Descriptors the runtime keeps open across meshes beside its connections: the
+        sockets of threads' reply routes and the fork server's (for leak checks)."""
+        found = self.routes.descriptors()
+        forks = self._forks
+        if forks is not None and forks.fileno() >= 0:
+            found.add(forks.fileno())
+        return found
+
     def _stop_children(self) -> None:
+        if self._forks is not None:
+            self._forks.close()
         children = list(self._children.values())
         if children and not self.in_loop_thread() and self.loop.is_running():
             try:
@@ -134,8 +150,9 @@ class Runtime(CoreRuntime):
             self.loop, f"spawning {len(specs)} processes", "joined", len(specs), self.progress_mode
         )
         try:
+            forks = await self._fork_server()
             for key, rank, extra_env in specs:
-                children.append(self._launch(key, rank, extra_env))
+                children.append(self._launch(key, rank, extra_env, forks=forks))
             waits = [self._hello[c.listen_path] for c in children]
             for waiter in waits:
                 waiter.add_done_callback(lambda _: progress.update(sum(w.done() for w in waits)))
@@ -166,8 +183,28 @@ class Runtime(CoreRuntime):
         one's terminal)."""
         return self.config.progress if self._parent is None else "never"
 
+    async def _fork_server(self) -> ForkServer | None:
+        """The fork server new workers come from, started on first use (loop thread);
+        None where workers start as fresh interpreters (see ``_forkserver``)."""
+        if not self.config.fork_server or self._forks_failures >= 2 or not forks_available():
+            return None
+        forks = self._forks
+        if forks is None or forks.broken is not None or forks.key != template_key(os.environ):
+            if forks is not None:
+                forks.close()  # made for another environment (or failed)
+            forks = self._forks = ForkServer(os.environ)
+        if not await forks.ready(self.config.spawn_timeout):
+            self._forks_failures += 1
+            return None
+        return forks
+
     def _launch(
-        self, key: str, rank: int, extra_env: dict[str, str], tcp: socket.socket | None = None
+        self,
+        key: str,
+        rank: int,
+        extra_env: dict[str, str],
+        tcp: socket.socket | None = None,
+        forks: ForkServer | None = None,
     ) -> ChildProcess:
         """Start one worker (loop thread); it joins by its HELLO."""
         output = self.config.output
@@ -197,7 +234,13 @@ class Runtime(CoreRuntime):
             process_env["ACTORMESH_ADDRESS"] = path
         self._hello[path] = self.loop.create_future()
         child = launch(
-            key=key, rank=rank, listen_path=path, env=process_env, output=output, tcp_socket=tcp
+            key=key,
+            rank=rank,
+            listen_path=path,
+            env=process_env,
+            output=output,
+            tcp_socket=tcp,
+            forks=forks,
         )
         self._children[path] = child
         if output == "prefix":
@@ -502,7 +545,7 @@ class Runtime(CoreRuntime):
                 os.unlink(unix)  # the dead process could not remove its socket
         env = {**child.env, "ACTORMESH_RESTARTS": str(child.restarts + 1)}
         # The same TCP socket too: the new process answers at the old address.
-        new = self._launch(child.key, child.rank, env, child.tcp_socket)
+        new = self._launch(child.key, child.rank, env, child.tcp_socket, await self._fork_server())
         try:
             waiter = self._hello[new.listen_path]
             await asyncio.wait_for(waiter, self.config.spawn_timeout)

@@ -300,7 +300,9 @@ class _Console:
                 continue
             kind, details = event
             if kind == "closed" and details.get("session") == sid:
-                _write(f"actormesh: {session['label']} {details.get('why') or 'resumed'}\n")
+                # A status line, as the "stopped at" one: on stderr, so it never lands
+                # inside a line the program is printing on stdout from another thread.
+                _note(f"actormesh: {session['label']} {details.get('why') or 'resumed'}")
                 return
             if kind == "read" and details.get("session") == sid:
                 line = sys.stdin.readline()

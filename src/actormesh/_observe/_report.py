@@ -49,7 +49,7 @@ class Meshes:
         """The job in a line: its pid, program, start and meshes."""
         return {
             "pid": os.getpid(),
-            "program": " ".join(sys.argv) or sys.executable,
+            "program": _program(),
             "cwd": os.getcwd(),
             "started": self.started,
             "meshes": len(self.refs),
@@ -213,3 +213,11 @@ def _coords(ref: MeshRef, rank: int) -> dict[str, int]:
         rest, index = divmod(rest, size)
         coords.append(index)
     return dict(zip(ref.labels, reversed(coords)))
+
+
+def _program() -> str:
+    """The job's command line as ``top`` shows it: the script by its name, as ``ps`` does
+    (a full path would fill an 80-column header before the arguments)."""
+    if not sys.argv or not sys.argv[0]:
+        return sys.executable
+    return " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]])

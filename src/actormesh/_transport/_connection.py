@@ -47,6 +47,20 @@ _SOL_SOCKET = int(socket.SOL_SOCKET)
 _SCM_RIGHTS = int(socket.SCM_RIGHTS)
 
 
+class _ReadCallback(threading.local):
+    """Per thread: whether a connection's read callback runs, and the connections that
+    batched frames meanwhile. They leave when that callback ends (a burst of requests
+    read at once gets its replies in one system call) rather than on the next loop turn,
+    so a reply made while reading its request costs no extra turn."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.dirty: list[Connection] = []
+
+
+_callback = _ReadCallback()
+
+
 class TransportClosed(ConnectionError):
     """The connection is closed (by this side or the peer); nothing more can be sent."""
 
@@ -200,7 +214,11 @@ class Connection:
             if self._flush_scheduled:
                 return
             self._flush_scheduled = True
-        self._loop.call_soon(self._flush_batch)
+        callback = _callback
+        if callback.active:
+            callback.dirty.append(self)
+        else:
+            self._loop.call_soon(self._flush_batch)
 
     def _flush_batch(self) -> None:
         with contextlib.suppress(TransportClosed):
@@ -303,6 +321,22 @@ class Connection:
     # -- receiving ----------------------------------------------------------------------
 
     def _on_readable(self) -> None:
+        callback = _callback
+        if callback.active:  # a frame handler that reads (never expected): no batching
+            self._read_once()
+            return
+        callback.active = True
+        try:
+            self._read_once()
+        finally:
+            callback.active = False
+            dirty = callback.dirty
+            if dirty:
+                callback.dirty = []
+                for conn in dirty:
+                    conn._flush_batch()
+
+    def _read_once(self) -> None:
         # One recv per readiness event: a second one would mostly return EAGAIN, and on a
         # VM each system call costs microseconds. The reader is level-triggered, so data
         # left in the socket brings us back on the next loop turn.

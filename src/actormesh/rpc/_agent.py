@@ -60,6 +60,7 @@ class Agent:
         self.state: RpcState | None = None
         # Messages that came before ``activate``, in arrival order, with their answers.
         self._early: list[tuple[str, tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._closed = False
 
     def activate(self, state: RpcState) -> None:
         """Start serving with ``state`` (loop thread).
@@ -89,6 +90,10 @@ class Agent:
     def invoke(self, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         state = self.state
         if state is None:
+            if self._closed:
+                # Left the group: answer at once (a peer's shutdown barrier or watch must
+                # not wait for an agent that will never serve again).
+                raise MeshStoppedError("RPC has shut down on this worker")
             answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self._early.append((endpoint, args, answer))
             return answer
@@ -96,6 +101,7 @@ class Agent:
         return _done() if outcome is None else outcome
 
     def close(self) -> None:
+        self._closed = True
         self.state = None
         early, self._early = self._early, []
         for _, _, answer in early:  # any thread: their loop fails them

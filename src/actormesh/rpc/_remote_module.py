@@ -24,7 +24,7 @@ from ._api import remote, rpc_async, rpc_sync
 from ._rref import RRef
 from ._wire import register_reducer
 
-__all__ = ["_REMOTE_MODULE_PICKLED_ATTRIBUTES", "RemoteModule"]
+__all__ = ["RemoteModule", "_REMOTE_MODULE_PICKLED_ATTRIBUTES"]
 
 # What a RemoteModule carries when sent in an RPC, in this order (as torch).
 _REMOTE_MODULE_PICKLED_ATTRIBUTES = (

@@ -435,10 +435,16 @@ def _rebuild(rref_id: Id, owner: int, fork: Id) -> RRef[Any]:
         table = owners(state)
         entry = table.entries.get(rref_id)
         if entry is None:
-            raise RuntimeError(f"RRef {rref_id} came back to its owner after it was deleted")
-        # The object built here holds the entry itself: the fork that carried it (made
-        # by this owner) can go. A user sender keeps its hold until it hears from us.
-        table.remove_fork(rref_id, fork)
+            # Not created here yet: the message that creates it (a ``remote`` from its
+            # creator) and this one came by different connections, and this one won (a
+            # reply to this process' ``to_here`` holding an RRef the creator just made
+            # here). Torch's owner makes the entry on first sight too; the value comes
+            # with the creating message. No fork of this owner carried it: nothing to drop.
+            entry = table.get_or_create(rref_id)
+        else:
+            # The object built here holds the entry itself: the fork that carried it (made
+            # by this owner) can go. A user sender keeps its hold until it hears from us.
+            table.remove_fork(rref_id, fork)
         if src != owner:
             state.post(src, "rref_accept", (state.me.id, fork))
         return RRef._make(state, rref_id, state.me, None, entry, confirmed=True)

@@ -122,13 +122,14 @@ class OwnerTable:
             self.entries[entry.rref_id] = entry
 
     def remove_fork(self, rref_id: Id, fork_id: Id) -> None:
-        """A fork is gone; the entry goes with its last fork."""
+        """A fork is gone; the entry goes with its last fork, once created (an entry seen
+        before its creating message stays for that message to find)."""
         with self._lock:
             entry = self.entries.get(rref_id)
             if entry is None:
                 return
             entry.forks.pop(fork_id, None)
-            if not entry.forks:
+            if not entry.forks and entry.created:
                 del self.entries[rref_id]
 
     def _peer_gone(self, rank: int, reason: str, died: bool) -> None:

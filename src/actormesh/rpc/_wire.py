@@ -33,8 +33,8 @@ from .._exceptions import SerializationError
 
 __all__ = [
     "DecodeSession",
-    "FuturePickleError",
     "EncodeSession",
+    "FuturePickleError",
     "current_decode",
     "decode",
     "encode",
