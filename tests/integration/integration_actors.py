@@ -323,3 +323,20 @@ class TaskUser(Actor):
         first = asyncio.current_task()
         await asyncio.sleep(0.01)
         return asyncio.current_task() is first
+
+
+class ProcessFacts(Actor):
+    """What a worker process is, as the process itself sees it."""
+
+    @endpoint
+    def facts(self) -> dict[str, Any]:
+        with open("/proc/self/cmdline", "rb") as cmdline:
+            command = [part.decode() for part in cmdline.read().split(b"\0") if part]
+        return {
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
+            "sid": os.getsid(0),
+            "cwd": os.getcwd(),
+            "cmdline": command,
+            "mark": os.environ.get("ACTORMESH_TEST_MARK"),
+        }

@@ -1,0 +1,167 @@
+"""Workers forked from the fork server are the workers a fresh start makes.
+
+Each owner keeps one template process that has imported a worker's modules and forks
+workers from it (``actormesh._hosts._forkserver``). These tests look at real forked
+workers from outside (``/proc``) and inside, restart one, kill the template, turn the
+server off, and kill a controller to see that nothing it forked outlives it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from integration_actors import Echo, ProcessFacts
+
+from actormesh import ProcMesh, proc_mesh
+from actormesh._hosts import Runtime
+from actormesh._hosts._forkserver import ForkedPopen, available
+from actormesh.testing import live, process_gone, wait_until
+
+pytestmark = pytest.mark.skipif(not available(), reason="the compiled fork is not built")
+
+
+def _environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as environ:
+        pairs = [entry.split(b"=", 1) for entry in environ.read().split(b"\0") if b"=" in entry]
+    return {name.decode(): value.decode() for name, value in pairs}
+
+
+def _forked_children() -> dict[int, bool]:
+    """The controller's workers now: pid -> whether it was forked by the template."""
+    return {
+        child.pid: isinstance(child.popen, ForkedPopen)
+        for child in Runtime.get()._children.values()
+        if child.alive()
+    }
+
+
+@pytest.fixture
+def marked(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProcMesh]:
+    # A variable set after the template started: a forked worker must still have it.
+    monkeypatch.setenv("ACTORMESH_TEST_MARK", os.urandom(4).hex())
+    mesh = proc_mesh(gpus=2).get(timeout=60)
+    try:
+        yield mesh
+    finally:
+        mesh.stop().get(timeout=30)
+
+
+def test_a_forked_worker_is_the_controllers_child_with_a_fresh_workers_identity(
+    marked: ProcMesh,
+) -> None:
+    facts = marked.spawn("facts", ProcessFacts).facts.call().get(timeout=30).values()
+    pids = [fact["pid"] for fact in facts]
+    forked = _forked_children()
+    assert all(forked[pid] for pid in pids)  # they came from the template
+    mark = os.environ["ACTORMESH_TEST_MARK"]
+    for fact in facts:
+        pid = fact["pid"]
+        assert fact["ppid"] == os.getpid()  # the owner's own child, not the template's
+        assert fact["sid"] == pid  # its own session, as start_new_session gives
+        assert fact["cwd"] == os.getcwd()
+        assert fact["cmdline"] == [sys.executable, "-m", "actormesh._bootstrap"]
+        assert fact["mark"] == mark
+        # What tools and leak checks read from outside: the worker's own environment.
+        environ = _environ(pid)
+        assert environ["ACTORMESH_TEST_MARK"] == mark
+        assert environ["ACTORMESH_PARENT_PID"] == str(os.getpid())
+        assert "ACTORMESH_KEY" in environ
+        assert not any(name.startswith("ACTORMESH_FORK_SERVER") for name in environ)
+    template = Runtime.get()._forks
+    assert template is not None and template.pid not in pids
+    # The template carries no worker's or test's identity that a process search could
+    # mistake for one of them.
+    environ = _environ(template.pid)
+    assert "ACTORMESH_TEST_MARK" not in environ and "ACTORMESH_KEY" not in environ
+
+
+def test_a_dead_template_costs_one_fresh_start_and_is_replaced() -> None:
+    first = proc_mesh(gpus=1).get(timeout=60)
+    first.stop().get(timeout=30)
+    template = Runtime.get()._forks
+    assert template is not None
+    os.kill(template.pid, signal.SIGKILL)
+    wait_until(lambda: process_gone(template.pid), 5, "the template to exit")
+    # The next spawn finds it gone, starts its workers afresh and says so once...
+    mesh = proc_mesh(gpus=2).get(timeout=60)
+    try:
+        assert mesh.spawn("echo", Echo).ping.call().get(timeout=30).values() == ["pong"] * 2
+        assert not any(_forked_children().values())
+    finally:
+        mesh.stop().get(timeout=30)
+    # ...and the one after forks again, from a new template.
+    mesh = proc_mesh(gpus=2).get(timeout=60)
+    try:
+        assert mesh.spawn("echo", Echo).ping.call().get(timeout=30).values() == ["pong"] * 2
+        assert all(_forked_children().values())
+        replacement = Runtime.get()._forks
+        assert replacement is not None and replacement.pid != template.pid
+    finally:
+        mesh.stop().get(timeout=30)
+
+
+def test_a_restarted_rank_is_forked_again() -> None:
+    mesh = proc_mesh(gpus=2, restart="rank", max_restarts=2, restart_window=60).get(timeout=60)
+    try:
+        echo = mesh.spawn("echo", Echo)
+        old = echo.slice(gpus=1).pid.call_one().get(timeout=30)
+        os.kill(old, signal.SIGKILL)
+        wait_until(
+            lambda: old not in _forked_children() and len(_forked_children()) == 2,
+            30,
+            "rank 1 to be restarted",
+        )
+        new = mesh.spawn("echo_again", Echo).slice(gpus=1).pid.call_one().get(timeout=30)
+        assert new != old and _forked_children()[new]
+    finally:
+        mesh.stop().get(timeout=30)
+
+
+def test_with_the_fork_server_off_workers_start_as_fresh_interpreters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runtime = Runtime.get()
+    monkeypatch.setattr(runtime, "config", dataclasses.replace(runtime.config, fork_server=False))
+    mesh = proc_mesh(gpus=2).get(timeout=60)
+    try:
+        assert mesh.spawn("echo", Echo).ping.call().get(timeout=30).values() == ["pong"] * 2
+        forked = _forked_children()
+        assert len(forked) == 2 and not any(forked.values())
+    finally:
+        mesh.stop().get(timeout=30)
+
+
+_CONTROLLER = """
+import sys
+from actormesh import proc_mesh
+from actormesh._hosts import Runtime
+mesh = proc_mesh(gpus=2).get(timeout=60)
+children = [c.pid for c in Runtime.get()._children.values()]
+print(Runtime.get()._forks.pid, *children, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_nothing_forked_outlives_a_killed_controller() -> None:
+    controller = subprocess.Popen(
+        [sys.executable, "-c", _CONTROLLER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert controller.stdout is not None
+        pids = [int(pid) for pid in controller.stdout.readline().split()]
+        assert len(pids) == 3 and live(pids) == pids
+        controller.kill()
+        controller.wait(10)
+        wait_until(lambda: not live(pids), 5, "the template and the workers to exit")
+    finally:
+        controller.kill()
+        controller.wait(10)
