@@ -9,6 +9,8 @@ import textwrap
 from pathlib import Path
 from typing import TypeVar
 
+from actormesh.testing import live, wait_until
+
 T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,3 +35,30 @@ def run_script(
         env={**os.environ, **(env or {})},
         cwd=tmp_path,
     )
+
+
+def kill_controller_and_wait(program: str, count: int, within: float, what: str) -> None:
+    """Run ``program`` as a controller in a new interpreter, SIGKILL it, and wait until
+    the processes it started are gone.
+
+    The program prints the ``count`` pids it started on one line once they run, then
+    reads stdin (so it lives until killed). Fails if they are not all gone ``within``
+    seconds of the kill.
+    """
+    controller = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(program)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert controller.stdout is not None
+        pids = [int(pid) for pid in controller.stdout.readline().split()]
+        assert len(pids) == count, pids
+        assert live(pids) == pids
+        controller.kill()
+        controller.wait(10)
+        wait_until(lambda: not live(pids), within, what)
+    finally:
+        controller.kill()
+        controller.wait(10)

@@ -11,17 +11,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
 from integration_actors import Echo, ProcessFacts
+from integration_support import kill_controller_and_wait
 
 from actormesh import ProcMesh, proc_mesh
 from actormesh._hosts import Runtime
 from actormesh._hosts._forkserver import ForkedPopen, available
-from actormesh.testing import live, process_gone, wait_until
+from actormesh.testing import process_gone, wait_until
 
 pytestmark = pytest.mark.skipif(not available(), reason="the compiled fork is not built")
 
@@ -149,19 +149,5 @@ sys.stdin.read()
 
 
 def test_nothing_forked_outlives_a_killed_controller() -> None:
-    controller = subprocess.Popen(
-        [sys.executable, "-c", _CONTROLLER],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert controller.stdout is not None
-        pids = [int(pid) for pid in controller.stdout.readline().split()]
-        assert len(pids) == 3 and live(pids) == pids
-        controller.kill()
-        controller.wait(10)
-        wait_until(lambda: not live(pids), 5, "the template and the workers to exit")
-    finally:
-        controller.kill()
-        controller.wait(10)
+    # The template and two workers it forked.
+    kill_controller_and_wait(_CONTROLLER, 3, 5, "the template and the workers to exit")

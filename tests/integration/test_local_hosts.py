@@ -5,19 +5,15 @@ hosts do (those are tested across network namespaces in ``tests/multihost``)."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from integration_support import kill_controller_and_wait
 
 from actormesh import Actor, HostMesh, endpoint, host_mesh
 from actormesh._core._envelope import CAST, RELAY, decode_header
 from actormesh._hosts import Runtime
-from actormesh.testing import live, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -75,8 +71,7 @@ def test_a_cast_costs_one_frame_per_local_host(hosts: HostMesh) -> None:
 
 
 def test_killing_the_controller_ends_its_local_agents_and_their_workers() -> None:
-    program = textwrap.dedent(
-        """
+    program = """
         import os, sys
         from actormesh import Actor, endpoint, host_mesh
 
@@ -92,24 +87,8 @@ def test_killing_the_controller_ends_its_local_agents_and_their_workers() -> Non
         print(" ".join(map(str, sorted(set(pids)))), flush=True)
         sys.stdin.read()
         """
-    )
-    controller = subprocess.Popen(
-        [sys.executable, "-c", program],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert controller.stdout is not None
-        pids = [int(p) for p in controller.stdout.readline().split()]
-        assert len(pids) == 6  # two agents, four workers
-        assert live(pids) == pids
-        controller.send_signal(signal.SIGKILL)
-        controller.wait(10)
-        wait_until(lambda: not live(pids), 10, "the agents and workers to exit")
-    finally:
-        controller.kill()
-        controller.wait(10)
+    # Two agents and four workers.
+    kill_controller_and_wait(program, 6, 10, "the agents and workers to exit")
 
 
 def test_host_mesh_refuses_a_bad_count() -> None:

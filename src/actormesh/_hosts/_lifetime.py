@@ -35,7 +35,7 @@ from ._output import install_prefix_streams
 from ._reaper import OrphanReaper, become_subreaper, kill_tree
 from ._runtime import Runtime
 
-__all__ = ["serve"]
+__all__ = ["die_with_parent", "serve"]
 
 _PR_SET_PDEATHSIG = 1
 _REAP_INTERVAL = 1.0
@@ -46,10 +46,13 @@ _OWN_GROUP = True
 _OWNER_GRACE = 2.0
 
 
-def _die_with_parent() -> None:
+def die_with_parent(signum: int = signal.SIGTERM) -> None:
+    """Have the kernel send ``signum`` to this process when its parent (the thread that
+    started it) ends; exit now if the parent named by ``ACTORMESH_PARENT_PID`` is gone
+    already."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
     except (OSError, AttributeError):
         pass
     # The parent may have died before prctl took effect: then we were re-parented.
@@ -131,7 +134,7 @@ def serve(
     """
     global _OWN_GROUP
     _OWN_GROUP = own_group
-    _die_with_parent()
+    die_with_parent()
     become_subreaper()
     parent = os.environ.get("ACTORMESH_PARENT_PID")
     if parent:

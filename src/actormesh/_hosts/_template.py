@@ -40,9 +40,10 @@ import sys
 import threading
 from typing import Any
 
+from ._lifetime import die_with_parent
+
 __all__ = ["main"]
 
-_PR_SET_PDEATHSIG = 1
 _MAX_MESSAGE = 1 << 20
 _MAX_FDS = 8
 # What a worker runs, as ``python -m`` would.
@@ -55,7 +56,7 @@ def main(argv: list[str]) -> None:
     global _START_CWD
     _START_CWD = os.getcwd()
     sock = socket.socket(fileno=int(argv[0]))
-    _die_with_owner()
+    die_with_parent(signal.SIGKILL)  # nothing of its own to clean up
     # The C environment's strings lie in the memory rewritten below: copy them to the
     # heap (clearenv, then putenv each) so no pointer is left into it, here or in a child.
     ctypes.CDLL(None).clearenv()
@@ -94,17 +95,6 @@ def main(argv: list[str]) -> None:
             for fd in fds:
                 os.close(fd)
         sock.sendall(pickle.dumps(answer))
-
-
-def _die_with_owner() -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    expected = os.environ.get("ACTORMESH_PARENT_PID")
-    if expected and os.getppid() != int(expected):
-        os._exit(0)  # the owner died before prctl took effect
 
 
 def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
