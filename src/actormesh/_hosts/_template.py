@@ -48,6 +48,16 @@ _MAX_MESSAGE = 1 << 20
 _MAX_FDS = 8
 # What a worker runs, as ``python -m`` would.
 _WORKER_MODULE = "actormesh._bootstrap"
+# Imported by a worker when it hosts its first actor and answers its first call (found by
+# listing a worker's modules then); no thread starts in any of them (see ``_fork``).
+_FIRST_USE_MODULES = (
+    "actormesh._api._actor",
+    "actormesh._api._actor_mesh",
+    "cloudpickle",
+    "concurrent.futures.thread",
+    "uuid",
+    "uvloop",
+)
 _START_CWD = ""  # this process' working directory when it started (``main``)
 
 
@@ -66,6 +76,11 @@ def main(argv: list[str]) -> None:
     # reaches its owner. Imported here once; every worker forked later has them.
     # (By name, as runpy runs it: the template serves the layer above it.)
     importlib.import_module(_WORKER_MODULE)
+    # And what every worker imports later, on its first actor and first call: each would
+    # otherwise import them on its own, all at once, on the same few cores.
+    for name in _FIRST_USE_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
     # ...but not the module itself: each worker runs it as ``__main__`` (runpy warns of a
     # module it would run a second time).
