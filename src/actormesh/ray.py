@@ -150,8 +150,10 @@ def _user_class(actor_cls: Any) -> type:
 
 
 def _shape_of(shape: int | Sequence[int] | Mapping[str, int]) -> tuple[Any, Shape]:
-    if isinstance(shape, bool):
-        raise TypeError("shape must be an int, a tuple of ints or a dict of label to int")
+    if isinstance(shape, bool) or not isinstance(shape, int | Sequence | Mapping):
+        raise TypeError(
+            f"shape must be an int, a tuple of ints or a dict of label to int, not {shape!r}"
+        )
     given: Any = (shape,) if isinstance(shape, int) else shape
     if isinstance(given, Mapping):
         return given, Shape.from_dims(tuple(given), tuple(given.values()))

@@ -94,3 +94,8 @@ def test_killing_the_controller_ends_its_local_agents_and_their_workers() -> Non
 def test_host_mesh_refuses_a_bad_count() -> None:
     with pytest.raises(ValueError, match="positive int"):
         host_mesh(0)
+
+
+def test_spawn_procs_refuses_per_host_that_is_not_a_mapping(hosts: HostMesh) -> None:
+    with pytest.raises(TypeError, match=r"per_host must map dimension names to sizes"):
+        hosts.spawn_procs(per_host=4)  # type: ignore[arg-type]

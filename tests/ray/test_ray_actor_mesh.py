@@ -191,6 +191,8 @@ def test_bad_shapes_fail_clearly_before_any_actor_starts(ray_cluster: Any) -> No
         ActorMesh(Member, (), {}, shape=0)
     with pytest.raises(TypeError, match="must be an int"):
         ActorMesh(Member, (), {}, shape=(2, "3"))
+    with pytest.raises(TypeError, match="shape must be an int, a tuple of ints .* not 2.5"):
+        ActorMesh(Member, (), {}, shape=2.5)
 
 
 def test_method_takes_every_form_of_the_decorator() -> None:

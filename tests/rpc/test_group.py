@@ -4,12 +4,14 @@ started from shells, and the group of one (run in the test process itself)."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import rpc_programs
@@ -62,6 +64,46 @@ def test_lambdas_and_closures_travel_by_value(alone: None) -> None:
 
     assert rpc.rpc_sync("solo", lambda x: x * 2, args=(21,)) == 42
     assert rpc.rpc_async("solo", shifted, args=(5,)).wait() == 15
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: rpc.rpc_sync("solo", "torch.add", args=(1, 2)), "function should be callable"),
+        (lambda: rpc.rpc_async("solo", _square, args=5), "args must be a tuple or a list"),
+        (lambda: rpc.remote("solo", _square, kwargs=[1]), "kwargs must be a dict"),
+        (lambda: rpc.rpc_async("solo", _square, timeout="5"), "timeout must be a number"),
+    ],
+)
+def test_bad_call_arguments_are_refused_at_the_call_site(
+    alone: None, call: Any, message: str
+) -> None:
+    with pytest.raises(TypeError, match=message):
+        call()
+    # Nothing was sent: the group still answers.
+    assert rpc.rpc_sync("solo", _square, args=(torch.tensor([2.0]),)).tolist() == [4.0]
+
+
+def test_a_rendezvous_address_served_by_something_else_is_named_as_such() -> None:
+    # An HTTP server (say) where the rendezvous should be: a clear error, not a hang.
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer_http() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            conn.recv(1024)
+
+    thread = threading.Thread(target=answer_http, daemon=True)
+    thread.start()
+    options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://127.0.0.1:{port}", rpc_timeout=10)
+    try:
+        with pytest.raises(rpc.RendezvousError, match="does not speak actormesh's RPC rendezvous"):
+            rpc.init_rpc("w1", rank=1, world_size=2, rpc_backend_options=options)
+    finally:
+        server.close()
+        thread.join(10)
 
 
 def test_init_rpc_twice_in_one_process_is_refused(alone: None) -> None:

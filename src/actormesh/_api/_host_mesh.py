@@ -100,6 +100,11 @@ class HostMesh(Shaped):
         """
         if self._hosts.stopped:
             raise RuntimeError("this host mesh was shut down")
+        if per_host is not None and not isinstance(per_host, Mapping):
+            raise TypeError(
+                f"per_host must map dimension names to sizes, such as {{'gpus': 4}}, "
+                f"not {per_host!r}"
+            )
         per_host = dict(per_host or {})
         overlap = [label for label in per_host if label in self._shape.labels]
         if overlap:

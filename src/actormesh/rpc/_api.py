@@ -8,7 +8,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future as ConcurrentFuture
 from pickle import PickleBuffer
 from typing import Any
@@ -406,7 +406,7 @@ def remote(
     """
     state = current()
     dest = _worker(state, to)
-    args, kwargs = _normalize(args, kwargs)
+    args, kwargs = _normalize(func, args, kwargs, timeout)
     ctx = current_context()
     if dest.id == state.me.id:
         entry = OwnerEntry(state.new_id())
@@ -445,7 +445,7 @@ def _send_call(
     ctx: Context | None,
     on_done: Callable[[bool, Any], None],
 ) -> None:
-    args, kwargs = _normalize(args, kwargs)
+    args, kwargs = _normalize(func, args, kwargs, timeout)
     seconds = resolve_timeout(timeout, state.rpc_timeout)
     key, payload, buffers = _encode_call(state, dest, func, args, kwargs, ctx)
     state.request(
@@ -459,7 +459,19 @@ def _send_call(
     )
 
 
-def _normalize(args: Any, kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _normalize(
+    func: Any, args: Any, kwargs: Any, timeout: Any
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's ``args`` and ``kwargs`` as sent, after checking what the caller gave
+    (here, at the call site, rather than as an error from the callee)."""
+    if not callable(func):
+        raise TypeError("function should be callable.")  # torch's words
+    if args is not None and not isinstance(args, tuple | list):
+        raise TypeError(f"args must be a tuple or a list, not {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise TypeError(f"kwargs must be a dict, not {type(kwargs).__name__}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
+        raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
     return (tuple(args) if args is not None else ()), (dict(kwargs) if kwargs else {})
 
 

@@ -359,9 +359,14 @@ def _send_quietly(sock: socket.socket, message: dict[str, object]) -> None:
 
 def _record_steps() -> Steps[dict[str, Any]]:
     """Read one length-prefixed JSON object (never anything that could run code)."""
-    (length,) = _LENGTH.unpack((yield _LENGTH.size))
+    prefix = yield _LENGTH.size
+    (length,) = _LENGTH.unpack(prefix)
     if length > _MAX_MESSAGE:
-        raise ValueError(f"rendezvous message of {length} bytes is too large")
+        # Most often not a rendezvous at all: another server on that port ("HTTP"...).
+        raise ValueError(
+            f"the peer does not speak actormesh's RPC rendezvous (it sent {bytes(prefix)!r} "
+            f"where a message length belongs): is another server listening on that port?"
+        )
     message = json.loads((yield length))
     if not isinstance(message, dict):
         raise ValueError("malformed rendezvous message")
