@@ -12,6 +12,7 @@ pickler (which sends functions by name) can send them too.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import importlib
@@ -679,6 +680,26 @@ def join_as(rank: int, world_size: int, names: list[str], ranks: list[int]) -> A
         return [type(error).__name__, str(error)]
     rpc.shutdown()
     return "joined"
+
+
+def _exit_now() -> None:
+    os._exit(5)
+
+
+def one_dies_before_shutdown(rank: int, world_size: int) -> Any:
+    """w1 dies inside an RPC of w0's; w0 and w2 then shut down gracefully."""
+    ns = init(rank, world_size, "actormesh")
+    if rank == 1:
+        threading.Event().wait()  # until w0's RPC ends it
+    if rank == 0:
+        with contextlib.suppress(RuntimeError):
+            ns.rpc.rpc_sync("w1", _exit_now)
+    started = time.monotonic()
+    try:
+        ns.rpc.shutdown()
+    except Exception as error:
+        return [type(error).__name__, str(error), round(time.monotonic() - started, 1)]
+    return ["no error"]
 
 
 def leader_leaves_early(rank: int, world_size: int) -> Any:

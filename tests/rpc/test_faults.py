@@ -78,3 +78,16 @@ def test_graceful_shutdown_fails_clearly_when_rank_zero_left_without_waiting() -
         assert name == "WorkerDiedError", message
         assert "shutdown" in message and "name=w0" in message
         assert seconds < 10
+
+
+def test_graceful_shutdown_after_a_death_names_the_dead_worker_everywhere() -> None:
+    # Rank 0 keeps the barrier: its own verdict and what it tells a rank that arrives
+    # after it left both name w1, the worker that died, never rank 0 itself.
+    results = run_group(
+        rpc_programs.one_dies_before_shutdown, 3, timeout=100, may_die=frozenset({1})
+    )
+    for rank in (0, 2):
+        name, message, seconds = results[rank]
+        assert name == "WorkerDiedError", message
+        assert "name=w1) is gone before reaching shutdown" in message, message
+        assert seconds < 10

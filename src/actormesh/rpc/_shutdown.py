@@ -95,6 +95,8 @@ class Board:
     def __init__(self, state: RpcState) -> None:
         self._state = state
         self._rounds: dict[str, _Round] = {}
+        # Why a round failed: told to workers that arrive after this one has left.
+        self.failure: WorkerDiedError | None = None
         state.peer_listeners.append(self._peer_gone)
 
     def arrive(self, src: int, key: str, value: Any) -> asyncio.Future[Any]:
@@ -130,6 +132,7 @@ class Board:
             f"RPC shutdown cannot complete: {worker} is gone before reaching shutdown ({reason})",
             reason=reason,
         )
+        self.failure = error
         for waiter in entry.waiters:
             if not waiter.done():
                 waiter.set_exception(error)
@@ -137,12 +140,14 @@ class Board:
 
 @endpoint("barrier", counted=False)
 def _handle_barrier(state: RpcState, src: int, key: str, value: Any) -> Any:
-    if state.closed:
+    board: Board | None = state.tables.get("barrier")
+    if state.closed or board is None:
+        if board is not None and board.failure is not None:
+            raise board.failure  # it left because a worker was gone: that one
         raise WorkerDiedError(
             f"RPC shutdown cannot complete: {state.me} keeps the shutdown barrier and has "
             "already left (shutdown(graceful=False)?)"
         )
-    board: Board = state.tables["barrier"]
     return board.arrive(src, key, value)
 
 
@@ -166,11 +171,13 @@ def _gather(state: RpcState, key: str, value: Any, deadline: float | None) -> di
             return
         if ok:
             future.set_result(reply)
+        elif isinstance(reply, ActorError) and isinstance(reply.cause, Exception):
+            # Rank 0's verdict (which worker is gone), not the wrapping of it. First: the
+            # wrapping of a WorkerDiedError is one too, and is not about rank 0.
+            future.set_exception(reply.cause)
         elif isinstance(reply, WorkerDiedError):
             # Rank 0 left before the request reached its agent: say who, as leader_gone.
             future.set_exception(_leader_left(state, reply.reason or str(reply)))
-        elif isinstance(reply, ActorError) and isinstance(reply.cause, Exception):
-            future.set_exception(reply.cause)  # rank 0's verdict, not the wrapping of it
         else:
             future.set_exception(reply)
 
