@@ -133,6 +133,18 @@ def test_failing_init_fails_the_spawn_with_actor_init_error(procs: ProcMesh) -> 
     assert len(worker_pids(echo)) == 4
 
 
+def test_a_call_made_before_a_failing_init_finished_gets_actor_init_error(
+    procs: ProcMesh,
+) -> None:
+    # The call reaches each worker while __init__ runs (queued behind it) or after it
+    # failed: either way the caller learns of the __init__ failure, never of the endpoint.
+    for attempt in range(5):
+        broken = procs.spawn(f"broken_then_called{attempt}", Broken)
+        with pytest.raises(ActorInitError, match="raised by __init__") as caught:
+            broken.never.call().get(timeout=30)
+        assert isinstance(caught.value, KeyError)
+
+
 def test_spawn_checks_its_arguments(procs: ProcMesh) -> None:
     with pytest.raises(TypeError, match=r"subclass of actormesh\.Actor"):
         procs.spawn("x", dict)

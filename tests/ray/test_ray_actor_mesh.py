@@ -191,7 +191,7 @@ def test_bad_shapes_fail_clearly_before_any_actor_starts(ray_cluster: Any) -> No
         ActorMesh(Member, (), {}, shape=0)
     with pytest.raises(TypeError, match="must be an int"):
         ActorMesh(Member, (), {}, shape=(2, "3"))
-    with pytest.raises(TypeError, match="shape must be an int, a tuple of ints .* not 2.5"):
+    with pytest.raises(TypeError, match=r"shape must be an int, a tuple of ints .* not 2\.5"):
         ActorMesh(Member, (), {}, shape=2.5)
 
 

@@ -153,6 +153,19 @@ class _Delivery:
             return
         self._answer(False, [payload])
 
+    def fail_init(self, error: BaseException) -> None:
+        """The actor's ``__init__`` raised before this message ran: the caller gets the
+        ``ActorInitError`` that calls arriving after the failure get."""
+        if self.answered:
+            return
+        self.answered = True
+        if self.req_id == 0 and self.port is None:
+            return  # nobody waits; the spawn's own answer reports the failure
+        payload = env.error_payload(
+            error, mesh=self.mesh_name, point=self.point, endpoint="__init__", init=True
+        )
+        self._answer(False, [payload])
+
     def _message_rank(self) -> int:
         """The actor's rank in the slice the call was made on (what a ranked port
         receiver reports, as Monarch's does)."""

@@ -76,6 +76,10 @@ class Message(Protocol):
         """Send the endpoint's exception to the caller (any thread)."""
         ...
 
+    def fail_init(self, error: BaseException) -> None:
+        """The actor's ``__init__`` raised ``error`` before this message could run."""
+        ...
+
 
 _STOP = object()
 
@@ -137,7 +141,7 @@ class Mailbox:
             self._closed = True
             # Messages that arrived while it was being built will never run: fail them.
             while self._queue:
-                self._queue.popleft().fail(error)
+                self._queue.popleft().fail_init(error)
         done(error)
         host = self._host
         if host is not None and self._queue:
