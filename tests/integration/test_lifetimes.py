@@ -151,3 +151,53 @@ def test_stop_leaves_no_process_behind() -> None:
     assert all(not process_gone(pid) for pid in pids)
     procs.stop().get(timeout=30)
     assert live(pids) == []
+
+
+_FORKING = """
+    import atexit, os
+    from actormesh import Actor, endpoint, proc_mesh
+
+    class Pid(Actor):
+        @endpoint
+        def pid(self):
+            return os.getpid()
+
+    procs = proc_mesh(gpus=1).get(timeout=60)
+    parents = procs.spawn("p", Pid)
+    worker = parents.pid.call_one().get(timeout=30)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read)
+        out = []
+        # A mesh is a reference: the child calls it through a runtime of its own.
+        same = parents.pid.call_one().get(timeout=30) == worker
+        out.append("parent's mesh: " + ("answered" if same else "someone else answered"))
+        mine = proc_mesh(gpus=1).get(timeout=60)
+        pid = mine.spawn("c", Pid).pid.call_one().get(timeout=30)
+        out.append("own mesh: " + ("ok" if pid != worker else "the parent's worker"))
+        mine.stop().get(timeout=30)
+        os.write(write, "\\n".join(out).encode())
+        atexit._run_exitfuncs()  # what a normal exit of the child runs
+        os._exit(0)
+    os.close(write)
+    report = os.read(read, 4096).decode()
+    _, status = os.waitpid(child, 0)
+    print(report)
+    print("child exit", os.waitstatus_to_exitcode(status))
+    print("parent's worker", "same" if parents.pid.call_one().get(timeout=30) == worker else "new")
+    procs.stop().get(timeout=30)
+"""
+
+
+def test_a_forked_child_gets_its_own_runtime_and_leaves_the_parents_alone(
+    tmp_path: Path,
+) -> None:
+    result = run_script(_FORKING, tmp_path, timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "parent's mesh: answered",  # not a hang, nor frames in the parent's streams
+        "own mesh: ok",
+        "child exit 0",
+        "parent's worker same",  # the child's exit did not stop the parent's workers
+    ], result.stdout + result.stderr

@@ -104,6 +104,9 @@ class CoreRuntime(Hosting):
 
     def __init__(self, config: Config, loop: asyncio.AbstractEventLoop, key: str) -> None:
         self.config = config
+        self.owner_pid = os.getpid()
+        # The pid of a child this object was copied into by a fork (see _forget_after_fork).
+        self.inherited_by: int | None = None
         _Delivery.max_bytes = config.max_message_bytes
         _Delivery.connect = self.connection
         _Delivery.drop = self.drop_actor
@@ -403,7 +406,18 @@ class CoreRuntime(Hosting):
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> ConcurrentFuture[T]:
         """Run a coroutine on the loop from any thread."""
+        if self.inherited_by is not None:
+            coro.close()
+            self._refuse_inherited()
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def _refuse_inherited(self) -> None:
+        raise RuntimeError(
+            f"this actormesh runtime belongs to process {self.owner_pid}, which forked "
+            f"process {self.inherited_by}: a forked process cannot use its parent's meshes "
+            "(their thread and connections are the parent's). Create meshes in the child "
+            "(it gets a runtime of its own), or start it with multiprocessing's 'spawn'."
+        )
 
     def run_sync(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run a coroutine on the loop and wait for it (not from the loop thread)."""
@@ -421,8 +435,10 @@ class CoreRuntime(Hosting):
             ActorDiedError: the process is known dead or cannot be reached.
         """
         conn = self._conns.get(path)
-        if conn is not None and not conn.closed:
+        if conn is not None and not conn.closed and self.inherited_by is None:
             return conn
+        if self.inherited_by is not None:
+            self._refuse_inherited()
         concrete = route(path)  # of a dual address, the Unix socket here, else the TCP one
         tcp = is_tcp(concrete)
         with self._conns_lock:
@@ -615,8 +631,8 @@ class CoreRuntime(Hosting):
 
     def shutdown(self) -> None:
         """Stop every worker this process started and close the runtime (controller)."""
-        if self.closed:
-            return
+        if self.closed or self.inherited_by is not None:
+            return  # (in a forked child, at its exit: the workers are the parent's)
         self._stop_children()
         self.closed = True
         self.routes.close()
@@ -648,3 +664,18 @@ class CoreRuntime(Hosting):
         self._close_tcp_listeners()
         if self._own_socket_dir and not is_abstract(self.socket_dir):
             shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's runtime stays behind. Its thread did not survive the
+    fork and its sockets are the parent's (a frame written there would land in the
+    parent's streams), so the child gets a runtime of its own on first use, and the old
+    object refuses to work (``_refuse_inherited``)."""
+    inherited = CoreRuntime._current
+    CoreRuntime._current = None
+    CoreRuntime._current_lock = threading.Lock()
+    if inherited is not None:
+        inherited.inherited_by = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
