@@ -169,3 +169,18 @@ def test_an_actor_can_start_and_stop_its_own_process_meshes(procs: ProcMesh) -> 
     assert owner.call_child.call_one("hi").get(timeout=10) == ["hi", "hi"]
     assert owner.stop_child.call_one().get(timeout=30) == "MeshStoppedError"
     wait_until(lambda: all(gone(pid) for pid in pids), 5, "the child processes to exit")
+
+
+def test_broadcasts_that_never_ran_because_of_a_stop_are_no_failures(
+    failures: list[actormesh.Failure], capfd: pytest.CaptureFixture[str]
+) -> None:
+    # One broadcast runs, the next waits behind it when the mesh stops: the stop was asked
+    # for, so neither is reported as an unhandled failure.
+    procs = proc_mesh(gpus=2).get(timeout=30)
+    workers = procs.spawn("busy", Worker)
+    assert workers.echo.call(1).get(timeout=10).values() == [1, 1]
+    workers.sleep.broadcast(0.5)
+    workers.sleep.broadcast(0.5)
+    procs.stop().get(timeout=30)
+    assert failures == []
+    assert "unhandled failure" not in capfd.readouterr().err

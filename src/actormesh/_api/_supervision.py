@@ -183,6 +183,9 @@ class _Supervise:
     def fail_init(self, error: BaseException) -> None:
         self.fail(error)
 
+    def abandon(self, error: BaseException) -> None:
+        self.fail(error)
+
     def _up(self, why: BaseException | None) -> None:
         # Any thread (the actor's, for a def hook): escalation sends from the loop.
         self.runtime.call_soon(self._escalate, why)

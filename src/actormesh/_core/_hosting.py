@@ -156,14 +156,26 @@ class _Delivery:
     def fail_init(self, error: BaseException) -> None:
         """The actor's ``__init__`` raised before this message ran: the caller gets the
         ``ActorInitError`` that calls arriving after the failure get."""
+        self._answer_if_awaited(
+            env.error_payload(
+                error, mesh=self.mesh_name, point=self.point, endpoint="__init__", init=True
+            )
+        )
+
+    def abandon(self, error: BaseException) -> None:
+        """The actor was stopped or dropped before this message ran."""
+        self._answer_if_awaited(
+            env.error_payload(error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint)
+        )
+
+    def _answer_if_awaited(self, payload: bytes) -> None:
+        # A message nobody waits on (a broadcast) that never ran is no failure of its own:
+        # whatever stopped its actor is reported (or was asked for) already.
         if self.answered:
             return
         self.answered = True
         if self.req_id == 0 and self.port is None:
-            return  # nobody waits; the spawn's own answer reports the failure
-        payload = env.error_payload(
-            error, mesh=self.mesh_name, point=self.point, endpoint="__init__", init=True
-        )
+            return
         self._answer(False, [payload])
 
     def _message_rank(self) -> int:

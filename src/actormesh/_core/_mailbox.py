@@ -80,6 +80,11 @@ class Message(Protocol):
         """The actor's ``__init__`` raised ``error`` before this message could run."""
         ...
 
+    def abandon(self, error: BaseException) -> None:
+        """The message will never run (its actor was stopped or dropped): a caller that
+        waits gets ``error``; nothing is reported for a message nobody waits on."""
+        ...
+
 
 _STOP = object()
 
@@ -357,7 +362,7 @@ class Mailbox:
         self._closed = True
         why = "the actor's mesh was stopped" if error is None else f"the actor failed: {error}"
         while self._queue:
-            self._queue.popleft().fail(MeshStoppedError(why))
+            self._queue.popleft().abandon(MeshStoppedError(why))
         host = self._host
         if host is not None:
             self._jobs.put((host.close, error) if error is not None else (host.close,))
