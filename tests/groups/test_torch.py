@@ -73,7 +73,10 @@ def test_the_group_is_torn_down_with_the_mesh_and_can_be_set_up_again() -> None:
         first = procs.spawn("first", TorchWorker)
         setup_process_group(first).get(timeout=60)
         assert list(first.group_ready.call().get(timeout=30).values()) == [True, True]
-        # The same processes cannot hold a second default group...
+        # A mesh has one group: a second setup says so...
+        with pytest.raises(RuntimeError, match=r"mesh 'first' already has its .* process group"):
+            setup_process_group(first).get(timeout=60)
+        # ...and the same processes cannot hold a second default group...
         second = procs.spawn("second", TorchWorker)
         with pytest.raises(RuntimeError, match=r"already have a torch\.distributed process group"):
             setup_process_group(second).get(timeout=60)

@@ -85,6 +85,12 @@ async def _setup(mesh: Any, backend: str | None, timeout: float) -> None:
         # waiting for it until the timeout.
         await run_in_actors(mesh.slice(**dict(probes.shape.point(0))), _drop_store, key)
         where = ", ".join(str(point) for point in taken)
+        if all(probes.item(**dict(point))["own"] for point in taken):
+            raise RuntimeError(
+                f"mesh '{mesh.name}' already has its torch.distributed process group "
+                "(setup_process_group was called on it before); "
+                "destroy_process_group(mesh) first to make a new one"
+            )
         raise RuntimeError(
             f"the processes of actor(s) {where} of mesh '{mesh.name}' already have a "
             "torch.distributed process group (another mesh's, in the same processes); "
@@ -123,6 +129,8 @@ def _probe(host: ActorHost, leader: int, key: str, timeout: float) -> dict[str, 
         "ip": parse_tcp(reachable)[0] if reachable else "127.0.0.1",
         "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
         "initialized": torch.distributed.is_initialized(),
+        # This very actor joined it: a second setup of the same mesh.
+        "own": _destroy_group in host.on_close,
     }
     if context().actor_instance.rank.rank == leader:
         import torch.distributed as dist
