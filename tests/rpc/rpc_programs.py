@@ -682,6 +682,16 @@ def join_as(rank: int, world_size: int, names: list[str], ranks: list[int]) -> A
     return "joined"
 
 
+def _timed_shutdown(ns: SimpleNamespace) -> list[Any]:
+    """A graceful shutdown: ``[error type, message, seconds]``, or ``["no error"]``."""
+    started = time.monotonic()
+    try:
+        ns.rpc.shutdown()
+    except Exception as error:
+        return [type(error).__name__, str(error), round(time.monotonic() - started, 1)]
+    return ["no error"]
+
+
 def _exit_now() -> None:
     os._exit(5)
 
@@ -694,12 +704,7 @@ def one_dies_before_shutdown(rank: int, world_size: int) -> Any:
     if rank == 0:
         with contextlib.suppress(RuntimeError):
             ns.rpc.rpc_sync("w1", _exit_now)
-    started = time.monotonic()
-    try:
-        ns.rpc.shutdown()
-    except Exception as error:
-        return [type(error).__name__, str(error), round(time.monotonic() - started, 1)]
-    return ["no error"]
+    return _timed_shutdown(ns)
 
 
 def leader_leaves_early(rank: int, world_size: int) -> Any:
@@ -708,9 +713,4 @@ def leader_leaves_early(rank: int, world_size: int) -> Any:
     if rank == 0:
         ns.rpc.shutdown(graceful=False)
         threading.Event().wait()  # stays alive until the test ends it
-    started = time.monotonic()
-    try:
-        ns.rpc.shutdown()
-    except Exception as error:
-        return [type(error).__name__, str(error), round(time.monotonic() - started, 1)]
-    return ["no error"]
+    return _timed_shutdown(ns)
