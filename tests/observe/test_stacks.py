@@ -7,11 +7,13 @@ grouped, say exactly that, from the command line and from Python.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from observe_actors import Trainer
 from observe_support import actormesh
 
 from actormesh import proc_mesh
+from actormesh.testing import wait_until
 
 
 def test_stacks_of_a_job_group_the_idle_ranks_and_show_the_stuck_one(job_factory) -> None:
@@ -43,9 +45,16 @@ def test_mesh_stacks_from_python_names_the_rank_that_hangs() -> None:
         trainers = procs.spawn("trainer", Trainer)
         trainers.initialized.get()
         pending = trainers.step.call(2)  # rank 2 hangs
-        stacks = trainers.stacks().get(timeout=30)
-        while "running" not in stacks.by_rank[2]:  # until the call has reached rank 2
-            stacks = trainers.stacks().get(timeout=30)
+        seen: list[Any] = []
+
+        def hanging() -> bool:
+            # Until the call has reached rank 2 and its thread is inside the collective
+            # (the mailbox says "running" a moment before the endpoint's first line runs).
+            seen[:] = [trainers.stacks().get(timeout=30)]
+            return "in allreduce_forever" in seen[0].by_rank[2]
+
+        wait_until(hanging, 30, "rank 2 to be inside allreduce_forever")
+        stacks = seen[0]
         text = str(stacks)
         assert text.startswith("trainer (3 ranks)\nranks 0-1: ")
         assert "rank 2: running 'step'" in text
