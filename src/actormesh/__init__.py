@@ -230,5 +230,11 @@ class _Package(types.ModuleType):
             return
         super().__setattr__(name, value)
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # Pickled by name, as any module is: a class defined in ``__main__`` (sent by
+        # value) whose methods use ``actormesh.…`` carries this module in its globals,
+        # and pickle looks reducers up by exact type, so ModuleType's would not apply.
+        return importlib.import_module, (self.__name__,)
+
 
 sys.modules[__name__].__class__ = _Package

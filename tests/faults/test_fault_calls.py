@@ -30,19 +30,24 @@ def kill(mesh: ActorMesh[Worker], *ranks: int) -> None:
         os.kill(list(pids.values())[rank], signal.SIGKILL)
 
 
-def test_a_call_over_many_ranks_where_some_die_reports_the_dead_and_the_answers(
+def test_a_call_over_many_ranks_fails_as_soon_as_one_dies(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:
+    # The survivors sleep far longer than the wait: the call must fail with the death
+    # (DESIGN §4.4: it resolves when a member died), not time out waiting for them.
     mesh = procs.spawn("many", Worker)
     pids = list(mesh.pid.call().get(timeout=10).values())
-    pending = mesh.sleep.call(0.5)
+    answered = mesh.echo.call("x")  # an earlier call, answered by everyone
+    assert answered.get(timeout=10).values() == ["x"] * 4
+    pending = mesh.sleep.call(30)
     os.kill(pids[1], signal.SIGKILL)
     os.kill(pids[3], signal.SIGKILL)
     with pytest.raises(ActorDiedError) as caught:
         pending.get(timeout=10)
-    assert caught.value.ranks == (1, 3)
-    assert caught.value.values == {0: 0.5, 2: 0.5}
-    assert "2 actors of mesh 'many' died" in str(caught.value)
+    assert caught.value.ranks in ((1,), (3,), (1, 3))  # the death(s) seen first
+    assert caught.value.values == {}  # the survivors are still sleeping
+    assert "of mesh 'many' died" in str(caught.value)
+    wait_until(lambda: len(failures) == 2, 5, "both deaths to be reported")
     assert sorted(r for f in failures for r in f.ranks) == [1, 3]
 
 
@@ -60,7 +65,7 @@ def test_a_call_to_an_already_dead_rank_fails_at_once(
     assert time.monotonic() - started < 0.5
     assert "killed by SIGKILL" in str(one.value)
     assert many.value.ranks == (2,)
-    assert many.value.values == {0: "x", 1: "x", 3: "x"}
+    assert set(many.value.values) <= {0, 1, 3}  # whatever answered before it failed
     with pytest.raises(ActorDiedError) as broadcast:
         mesh.echo.broadcast("y")
     assert broadcast.value.ranks == (2,)

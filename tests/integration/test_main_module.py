@@ -90,3 +90,26 @@ def test_classes_and_functions_of_the_main_script_run_in_the_workers(tmp_path: P
     assert "local class: ['local 0', 'local 1']" in lines
     # An exception class of the script reaches the controller as that very class.
     assert "caught: MainError True" in lines
+
+
+PACKAGE_USER = """
+    import actormesh
+    from actormesh import Actor, endpoint, proc_mesh
+
+
+    class UsesThePackage(Actor):
+        @endpoint
+        def check(self):
+            # The method's globals hold the actormesh module itself: it travels by name.
+            return actormesh.cancelled(), actormesh.current_rank().rank
+
+
+    with proc_mesh(gpus=2).get(timeout=60) as procs:
+        print(procs.spawn("users", UsesThePackage).check.call().get(timeout=30).values())
+"""
+
+
+def test_a_script_class_that_uses_the_actormesh_module_can_be_spawned(tmp_path: Path) -> None:
+    result = run_script(PACKAGE_USER, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[(False, 0), (False, 1)]"

@@ -155,6 +155,7 @@ class _Request:
             if started is not None:  # counted in flight, then the send failed
                 self.state.finished(rank, started, False)
             self._died(rank, reason)
+        self._after_losses()
         if not self.outstanding:
             self._complete()
             self.runtime.forget(self.req_id)
@@ -212,10 +213,15 @@ class _Request:
             if started is not None:
                 self.state.finished(rank, started, False)
             self._died(rank, reason)
+        self._after_losses()
         if not self.outstanding:
             self._complete()
             return True
         return False
+
+    def _after_losses(self) -> None:
+        """Ranks were just lost together (one process, or one failed send): a subclass
+        may settle now rather than wait for the others' answers."""
 
     def _died(self, rank: int, reason: str) -> None:
         point = point_of(self.ref, rank)
@@ -368,21 +374,32 @@ class _Gather(_Request):
     def _give_up(self, error: BaseException) -> None:
         self.future._set_exception(error)
 
+    def _after_losses(self) -> None:
+        # A member died: the call fails now (DESIGN §4.4), not when the others are done
+        # (a survivor may run for minutes): with the answers that came so far.
+        if self.deaths:
+            self._fail_with_deaths()
+
+    def _fail_with_deaths(self) -> None:
+        if self.future.done():
+            return
+        first = next(iter(self.deaths.values()))
+        if not isinstance(first, ActorDiedError):
+            self.future._set_exception(first)
+            return
+        ranks = tuple(sorted(self.deaths))
+        message = str(first)
+        if len(ranks) > 1:
+            message = f"{len(ranks)} actors of mesh '{self.ref.name}' died; first: {message}"
+        self.future._set_exception(
+            ActorDiedError(message, reason=first.reason, ranks=ranks, values=dict(self.values))
+        )
+
     def _complete(self) -> None:
         if self.future.done():
             return
         if self.deaths:
-            first = next(iter(self.deaths.values()))
-            if not isinstance(first, ActorDiedError):
-                self.future._set_exception(first)
-                return
-            ranks = tuple(sorted(self.deaths))
-            message = str(first)
-            if len(ranks) > 1:
-                message = f"{len(ranks)} actors of mesh '{self.ref.name}' died; first: {message}"
-            self.future._set_exception(
-                ActorDiedError(message, reason=first.reason, ranks=ranks, values=self.values)
-            )
+            self._fail_with_deaths()
             return
         shape = self.mesh._shape
         result = ValueMesh(shape, [self.values[rank] for rank in shape.ranks])
