@@ -113,3 +113,20 @@ def test_a_worker_killed_mid_transfer_leaks_nothing() -> None:
     finally:
         procs.stop().get(timeout=60)
     assert _our_shm_entries() == []
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        torch.ones(()).expand(1, 1),  # contiguous by torch's rule, strides (0, 0)
+        torch.arange(6.0).reshape(2, 3).t(),  # transposed
+        torch.arange(4.0).expand(3, 4),  # a broadcast view
+        torch.arange(10.0)[::3],  # a strided slice
+    ],
+    ids=["stride-0-contiguous", "transposed", "expanded", "strided"],
+)
+def test_tensors_of_any_strides_arrive_as_equal_tensors(plane: Any, tensor: Any) -> None:
+    _, mesh = plane
+    back = mesh.slice(gpus=0).echo.call_one(tensor).get(timeout=30)
+    assert back.shape == tensor.shape and back.dtype == tensor.dtype
+    assert torch.equal(back, tensor)

@@ -29,7 +29,13 @@ def reduce_tensor(obj: Any) -> Any:
     is_parameter = type(obj) is torch.nn.Parameter
     if data.numel() == 0:
         return _rebuild_empty, (data.dtype, tuple(data.shape), tensor.requires_grad, is_parameter)
-    raw = data.reshape(-1).view(torch.uint8).numpy()
+    flat = data.reshape(-1)
+    if flat.stride(0) != 1:
+        # One element, contiguous by torch's rule, which ignores the strides of size-1
+        # dimensions (``torch.ones(()).expand(1, 1)``, autograd's gradients): any stride
+        # reads that element, and a byte view needs 1.
+        flat = flat.as_strided((1,), (1,))
+    raw = flat.view(torch.uint8).numpy()
     return _rebuild, (
         pickle.PickleBuffer(raw),  # type: ignore[arg-type]
         data.dtype,
