@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+from pathlib import Path
 
 import pytest
 from integration_actors import Broken, Echo, Recorder
@@ -143,6 +145,24 @@ def test_a_call_made_before_a_failing_init_finished_gets_actor_init_error(
         with pytest.raises(ActorInitError, match="raised by __init__") as caught:
             broken.never.call().get(timeout=30)
         assert isinstance(caught.value, KeyError)
+
+
+def test_a_call_right_after_spawning_a_class_workers_cannot_import_gets_its_init_error(
+    procs: ProcMesh, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A module only the controller can import (its sys.path, not the workers').
+    (tmp_path / "controller_only.py").write_text(
+        "from actormesh import Actor, endpoint\n"
+        "class Hidden(Actor):\n"
+        "    @endpoint\n"
+        "    def f(self):\n"
+        "        return 1\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    hidden = importlib.import_module("controller_only").Hidden
+    mesh = procs.spawn("hidden", hidden)
+    with pytest.raises(ActorInitError, match="cannot load what the spawn of mesh"):
+        mesh.f.call().get(timeout=30)  # not "no live actor of rank 0 here"
 
 
 def test_spawn_checks_its_arguments(procs: ProcMesh) -> None:

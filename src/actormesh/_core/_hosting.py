@@ -375,6 +375,9 @@ class Hosting:
             payload = env.error_payload(
                 problem, mesh=name, point={}, endpoint="__init__", init=True
             )
+            # Calls that come later get this error, not "no such actor" (as after a
+            # failed __init__).
+            self._failed_inits[(mesh_id, rank)] = payload
             with contextlib.suppress(TransportClosed):
                 conn.send([env.encode_header((env.REPLY, req_id, rank, False)), payload])
 
