@@ -11,7 +11,7 @@ from faults_actors import FailingInit, Supervisor, Worker
 from faults_support import gone
 
 import actormesh
-from actormesh import ActorInitError, MeshStoppedError, ProcMesh, SupervisionError, proc_mesh
+from actormesh import ActorInitError, ProcMesh, SupervisionError, proc_mesh
 from actormesh.testing import wait_until
 
 # How many times the death race is run in a row (each with fresh processes).
@@ -71,8 +71,9 @@ def test_an_unhandled_failure_escalates_to_the_controller(
     assert isinstance(failure.error, SupervisionError)
     assert "did not handle a failure of mesh 'child'" in str(failure.error)
     assert "killed by SIGKILL" in str(failure.error)
-    # As in Monarch, an owner that did not handle its child's failure fails with it.
-    with pytest.raises(MeshStoppedError, match="no live actor"):
+    # As in Monarch, an owner that did not handle its child's failure fails with it: it
+    # is dropped, and calls to it fail as calls to a dead actor do.
+    with pytest.raises(actormesh.ActorDiedError, match="was dropped after it failed"):
         owner.seen_failures.call_one().get(timeout=10)
     assert owners.slice(gpus=0).seen_failures.call_one().get(timeout=10) == []
 
@@ -184,3 +185,22 @@ def test_broadcasts_that_never_ran_because_of_a_stop_are_no_failures(
     procs.stop().get(timeout=30)
     assert failures == []
     assert "unhandled failure" not in capfd.readouterr().err
+
+
+def test_calls_to_an_actor_dropped_after_a_handled_failure_fail_with_its_death(
+    procs: ProcMesh, failures: list[actormesh.Failure]
+) -> None:
+    # The hook handles the failed broadcast, and the actor is dropped all the same (as
+    # Monarch drops it): calls to it fail as calls to a dead one do.
+    workers = procs.spawn("dropped", Worker)
+    workers.slice(gpus=1).fail.broadcast("broadcast boom")
+    wait_until(lambda: len(failures) == 1, 5, "the failure to reach the hook")
+    for call in (
+        lambda: workers.slice(gpus=1).echo.call_one(1).get(timeout=10),
+        lambda: workers.echo.call(1).get(timeout=10),
+    ):
+        with pytest.raises(
+            actormesh.ActorDiedError, match=r"\{gpus=1\} of mesh 'dropped' was dropped"
+        ):
+            call()
+    assert workers.slice(gpus=0).echo.call_one(2).get(timeout=10) == 2

@@ -219,8 +219,9 @@ class Hosting:
     loop: asyncio.AbstractEventLoop
     _hosted: dict[str, dict[int, _HostedActor]]
     _spawners: dict[str, Connection]
-    # (mesh id, rank) -> the error payload of an __init__ that raised here.
-    _failed_inits: dict[tuple[str, int], bytes]
+    # (mesh id, rank) -> what calls to an actor that is not here get: the error of its
+    # __init__ (or of loading its class), or why it was dropped.
+    _absent_answers: dict[tuple[str, int], bytes]
     # Connections callers' own event loops read their replies on, by token (REPLY_TO).
     _reply_conns: dict[str, Connection]
 
@@ -262,7 +263,7 @@ class Hosting:
     def _reply_missing(
         self, conn: Connection, req_id: int, rank: int, mesh_id: str, endpoint: str
     ) -> None:
-        payload = self._failed_inits.get((mesh_id, rank))
+        payload = self._absent_answers.get((mesh_id, rank))
         if payload is None:
             error = MeshStoppedError(
                 f"actor mesh {mesh_id!r} has no live actor of rank {rank} here"
@@ -306,7 +307,7 @@ class Hosting:
                         error, mesh=name, point=point, endpoint="__init__", init=True
                     )
                     # Calls that come later get this error, not "no such actor".
-                    self._failed_inits[(mesh_id, rank)] = payload
+                    self._absent_answers[(mesh_id, rank)] = payload
                     reply = [env.encode_header((env.REPLY, req_id, rank, False)), payload]
                 with contextlib.suppress(TransportClosed):
                     conn.send(reply)
@@ -377,7 +378,7 @@ class Hosting:
             )
             # Calls that come later get this error, not "no such actor" (as after a
             # failed __init__).
-            self._failed_inits[(mesh_id, rank)] = payload
+            self._absent_answers[(mesh_id, rank)] = payload
             with contextlib.suppress(TransportClosed):
                 conn.send([env.encode_header((env.REPLY, req_id, rank, False)), payload])
 
@@ -423,6 +424,17 @@ class Hosting:
     def _drop_actor(self, mesh_id: str, rank: int, error: BaseException) -> None:
         hosted = self._hosted.get(mesh_id, {}).pop(rank, None)
         if hosted is not None:
+            # A dropped actor is gone as a dead one is: later calls fail with its death.
+            point = "{" + ", ".join(f"{k}={v}" for k, v in hosted.point.items()) + "}"
+            gone = ActorDiedError(
+                f"actor {point} of mesh '{hosted.mesh_name}' was dropped after it failed: "
+                f"{type(error).__name__}: {error}",
+                reason=f"dropped: {error}",
+                ranks=(rank,),
+            )
+            self._absent_answers[(mesh_id, rank)] = env.error_payload(
+                gone, mesh=hosted.mesh_name, point=hosted.point, endpoint="", as_sent=True
+            )
             hosted.mailbox.close(None, error)
 
     def escalate(self, mesh_id: str, rank: int, endpoint: str, payload: bytes) -> bool:
@@ -443,8 +455,8 @@ class Hosting:
     def _handle_stop_mesh(self, conn: Connection, header: tuple[Any, ...]) -> None:
         _, req_id, mesh_id = header
         self._spawners.pop(mesh_id, None)
-        for key in [key for key in self._failed_inits if key[0] == mesh_id]:
-            del self._failed_inits[key]
+        for key in [key for key in self._absent_answers if key[0] == mesh_id]:
+            del self._absent_answers[key]
         actors = list(self._hosted.pop(mesh_id, {}).values())
         replied = False
 

@@ -129,7 +129,7 @@ class CoreRuntime(Hosting):
         self._pending: dict[int, ReplyHandler] = {}
         self._hosted: dict[str, dict[int, _HostedActor]] = {}
         self._spawners: dict[str, Connection] = {}  # mesh id -> who spawned it here
-        self._failed_inits: dict[tuple[str, int], bytes] = {}
+        self._absent_answers: dict[tuple[str, int], bytes] = {}
         self._reply_conns: dict[str, Connection] = {}
         # Calls made on other event loops get their replies read there (no thread hop).
         self.routes = ReplyRoutes(loop, self._new_route_connection, key)
