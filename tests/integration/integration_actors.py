@@ -93,7 +93,7 @@ class Echo(Actor):
 
     @endpoint
     async def socket_dir(self) -> str:
-        return os.environ["ACTORMESH_SOCKET_DIR"]
+        return os.environ["ACTORMESH_OWNER_SOCKET_DIR"]
 
 
 def _identity(init_rank: int) -> dict[str, Any]:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from integration_actors import CountsPickles, Echo
+from integration_support import run_script
 
 from actormesh import ProcMesh
 from actormesh._transport import connect_unix
@@ -89,3 +92,50 @@ def test_arguments_are_pickled_once_whatever_the_fan_out(procs: ProcMesh) -> Non
     assert len(values) == 4
     assert all(isinstance(v[1], CountsPickles) for v in values.values())
     assert CountsPickles.pickled == before + 1
+
+
+_SOCKET_FILES = """
+    import os, stat, sys
+    from actormesh import Actor, endpoint, proc_mesh
+
+    class Where(Actor):
+        @endpoint
+        def where(self):
+            return os.environ["ACTORMESH_OWNER_SOCKET_DIR"]
+
+    with proc_mesh(gpus=2).get(timeout=60) as procs:
+        dirs = set(procs.spawn("w", Where).where.call().get(timeout=30).values())
+        (private,) = dirs
+        mode = stat.S_IMODE(os.stat(private).st_mode)
+        print(os.path.dirname(private) == sys.argv[1], oct(mode), len(os.listdir(private)) >= 3)
+"""
+
+
+def test_a_socket_dir_setting_gets_a_private_directory_under_it_removed_at_exit(
+    tmp_path: Path,
+) -> None:
+    given = Path(tempfile.mkdtemp(prefix="am-", dir="/tmp"))  # short: AF_UNIX's limit
+    try:
+        os.chmod(given, 0o755)
+        result = run_script(
+            _SOCKET_FILES, tmp_path, args=(str(given),), env={"ACTORMESH_SOCKET_DIR": str(given)}
+        )
+        assert result.returncode == 0, result.stderr
+        # Under the given directory (not in it), only this user's, and gone afterwards.
+        assert result.stdout.split() == ["True", "0o700", "True"]
+        assert list(given.iterdir()) == []
+    finally:
+        shutil.rmtree(given, ignore_errors=True)
+
+
+def test_a_socket_dir_too_long_for_unix_socket_names_is_refused_clearly(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 80)
+    deep.mkdir()
+    result = run_script(
+        "from actormesh import proc_mesh\nproc_mesh(gpus=1).get(timeout=60)\n",
+        tmp_path,
+        env={"ACTORMESH_SOCKET_DIR": str(deep)},
+    )
+    assert result.returncode != 0
+    assert "is too long: Unix socket paths are limited to 107 bytes" in result.stderr
+    assert list(deep.iterdir()) == []

@@ -113,8 +113,8 @@ class CoreRuntime(Hosting):
         self.loop = loop
         self.key = key
         # Workers started here share their owner's directory; others make their own.
-        self._own_socket_dir = not os.environ.get("ACTORMESH_SOCKET_DIR")
-        self.socket_dir = os.environ.get("ACTORMESH_SOCKET_DIR") or private_socket_dir(
+        self._own_socket_dir = not os.environ.get("ACTORMESH_OWNER_SOCKET_DIR")
+        self.socket_dir = os.environ.get("ACTORMESH_OWNER_SOCKET_DIR") or private_socket_dir(
             config.socket_dir
         )
         self.listen_path = os.path.join(self.socket_dir, f"{key}.sock")

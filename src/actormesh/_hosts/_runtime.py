@@ -214,7 +214,7 @@ class Runtime(CoreRuntime):
             "ACTORMESH_KEY": key,
             "ACTORMESH_PARENT": self.listen_path,
             "ACTORMESH_PARENT_PID": str(os.getpid()),
-            "ACTORMESH_SOCKET_DIR": self.socket_dir,
+            "ACTORMESH_OWNER_SOCKET_DIR": self.socket_dir,
             "ACTORMESH_OUTPUT": output,
             "ACTORMESH_SECRET": self.secret,
         }

@@ -32,6 +32,11 @@ _SOCKET_BUFFER = 4 * 1024 * 1024
 _PEERCRED = struct.Struct("3i")
 
 
+# The private directory's path may take this much of the kernel's 107 bytes; the rest
+# is for the socket names in it (a process' key: mesh name, a random part, its rank).
+_MAX_SOCKET_DIR = 64
+
+
 def private_socket_dir(parent: str | None = None) -> str:
     """A fresh place for this process' sockets that only the current user can use.
 
@@ -41,6 +46,13 @@ def private_socket_dir(parent: str | None = None) -> str:
     if parent is None:
         return f"@actormesh-{os.getuid()}-{secrets.token_hex(8)}"
     path = tempfile.mkdtemp(prefix="actormesh-", dir=parent)
+    if len(os.fsencode(path)) > _MAX_SOCKET_DIR:
+        os.rmdir(path)
+        raise ValueError(
+            f"socket_dir {parent!r} is too long: Unix socket paths are limited to 107 "
+            f"bytes, and sockets go in {path!r} ({len(path)} bytes; at most "
+            f"{_MAX_SOCKET_DIR} leaves room for their names). Choose a shorter directory."
+        )
     os.chmod(path, 0o700)
     return path
 
