@@ -98,6 +98,20 @@ class Config:
             raise ValueError(f"output must be 'prefix', 'raw' or 'off', not {self.output!r}")
         if self.event_loop not in ("uvloop", "asyncio"):
             raise ValueError(f"event_loop must be 'uvloop' or 'asyncio', not {self.event_loop!r}")
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.type in ("float", "int", "float | None", "int | None") and not (
+                (value is None and "None" in field.type)
+                or (isinstance(value, int | float) and not isinstance(value, bool))
+            ):
+                raise TypeError(
+                    f"{field.name} must be a number{' or None' if 'None' in field.type else ''}, "
+                    f"not {value!r}"
+                )
+        if self.default_timeout is not None and self.default_timeout <= 0:
+            raise ValueError(
+                f"default_timeout must be positive or None, not {self.default_timeout!r}"
+            )
         for name in (
             "spawn_timeout",
             "stop_grace",

@@ -165,3 +165,20 @@ def test_reserved_names_cover_every_public_attribute_of_a_mesh() -> None:
 def test_the_names_users_need_are_exported() -> None:
     for name in ("actor_mesh", "ActorMesh", "MeshBusyError", "ChoosePolicy", "split_along"):
         assert name in actormesh.__all__
+
+
+def test_an_unknown_choose_policy_fails_where_it_is_named() -> None:
+    # At the class definition and at with_policy, not at the first choose.
+    with pytest.raises(ValueError, match="unknown choose policy 'bogus'"):
+
+        class Bogus(Actor):
+            @endpoint(choose="bogus")
+            def f(self) -> None:
+                pass
+
+    mesh = actor_mesh(Probe, shape=1).get(timeout=60)
+    try:
+        with pytest.raises(ValueError, match="unknown choose policy 'bogus'"):
+            mesh.with_policy("bogus")
+    finally:
+        mesh.stop().get(timeout=30)

@@ -34,6 +34,7 @@ from ._routing import (
     Random,
     RoundRobin,
     WorkQueue,
+    policy_from,
 )
 
 if TYPE_CHECKING:
@@ -67,6 +68,8 @@ class ChooseSettings:
 
     def __post_init__(self) -> None:
         check_limits(self.max_in_flight, self.when_full)
+        if self.policy is not None:
+            policy_from(self.policy)  # an unknown name fails here, not at the first choose
 
 
 def check_limits(max_in_flight: int | None, when_full: str | None) -> None:

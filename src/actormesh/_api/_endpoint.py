@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec,
 
 from .._core import EndpointKind
 from .._exceptions import NotAnEndpointError
+from ._routing import policy_from
 from ._signature import Arity
 
 if TYPE_CHECKING:
@@ -60,6 +61,10 @@ class EndpointOptions:
     idempotent: bool = False
     arity: Arity | None = None
     explicit_port: bool = False
+
+    def __post_init__(self) -> None:
+        if self.choose is not None:
+            policy_from(self.choose)  # an unknown name fails where the class is defined
 
 
 class Endpoint(Generic[P, R]):
