@@ -141,3 +141,10 @@ def _record_get_error(future: Future[int], seen: list[BaseException]) -> None:
         seen.append(error)
     else:
         seen.append(AssertionError("get() returned on the I/O thread"))
+
+
+def test_a_timeout_that_is_not_a_number_is_refused(echo: ActorMesh[Echo]) -> None:
+    future = echo.ping.call()
+    with pytest.raises(TypeError, match="timeout must be a number of seconds or None, not '1'"):
+        future.get(timeout="1")  # type: ignore[arg-type]
+    assert future.get(timeout=30).values() == ["pong"] * len(echo)

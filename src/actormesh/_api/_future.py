@@ -163,8 +163,11 @@ class Future(Generic[R]):
             RuntimeError: called on the runtime's event-loop thread (inside an async
                 endpoint, say), where blocking would deadlock: use ``await`` there.
         """
-        if timeout is not None and timeout < 0:
-            raise ValueError(f"invalid timeout {timeout!r}: it must be >= 0, or None to wait")
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+                raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
+            if timeout < 0:
+                raise ValueError(f"invalid timeout {timeout!r}: it must be >= 0, or None to wait")
         if self._state == _PENDING:
             if self._loop_thread is not None and self._loop_thread():
                 raise RuntimeError(
