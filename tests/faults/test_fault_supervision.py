@@ -78,7 +78,7 @@ def test_an_unhandled_failure_escalates_to_the_controller(
     assert owners.slice(gpus=0).seen_failures.call_one().get(timeout=10) == []
 
 
-def test_an_actor_without_a_hook_escalates_too(
+def test_an_actor_without_a_hook_escalates_too_and_is_dropped(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:
     workers = procs.spawn("plain", Worker)
@@ -87,6 +87,17 @@ def test_an_actor_without_a_hook_escalates_too(
     assert (failures[0].mesh, failures[0].ranks, failures[0].kind) == ("plain", (0,), "broadcast")
     assert isinstance(failures[0].error, ValueError)
     assert "broadcast boom" in str(failures[0].error)
+    # The controller's hook handled it, and the actor is dropped all the same (as Monarch
+    # drops it): calls to it fail as calls to a dead actor do; the others answer.
+    for call in (
+        lambda: workers.slice(gpus=0).echo.call_one(1).get(timeout=10),
+        lambda: workers.echo.call(1).get(timeout=10),
+    ):
+        with pytest.raises(
+            actormesh.ActorDiedError, match=r"\{gpus=0\} of mesh 'plain' was dropped"
+        ):
+            call()
+    assert workers.slice(gpus=1).echo.call_one(2).get(timeout=10) == 2
 
 
 def test_a_failing_init_fails_the_spawn_with_the_remote_traceback(
@@ -185,22 +196,3 @@ def test_broadcasts_that_never_ran_because_of_a_stop_are_no_failures(
     procs.stop().get(timeout=30)
     assert failures == []
     assert "unhandled failure" not in capfd.readouterr().err
-
-
-def test_calls_to_an_actor_dropped_after_a_handled_failure_fail_with_its_death(
-    procs: ProcMesh, failures: list[actormesh.Failure]
-) -> None:
-    # The hook handles the failed broadcast, and the actor is dropped all the same (as
-    # Monarch drops it): calls to it fail as calls to a dead one do.
-    workers = procs.spawn("dropped", Worker)
-    workers.slice(gpus=1).fail.broadcast("broadcast boom")
-    wait_until(lambda: len(failures) == 1, 5, "the failure to reach the hook")
-    for call in (
-        lambda: workers.slice(gpus=1).echo.call_one(1).get(timeout=10),
-        lambda: workers.echo.call(1).get(timeout=10),
-    ):
-        with pytest.raises(
-            actormesh.ActorDiedError, match=r"\{gpus=1\} of mesh 'dropped' was dropped"
-        ):
-            call()
-    assert workers.slice(gpus=0).echo.call_one(2).get(timeout=10) == 2
