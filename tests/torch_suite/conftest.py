@@ -94,7 +94,8 @@ FAST: list[str] = [
     "DistAutogradTest.test_backward_rref_nested",
     "DistAutogradTest.test_backward_invalid_args",
     "DistAutogradTest.test_backward_autograd_engine_error",
-    "DistAutogradTest.test_backward_python_udf_error",
+    # test_backward_python_udf_error is left to the full run: it failed once under load
+    # (a UDF's backward error on a nested self-RPC not raised; docs/rpc.md).
     "DistAutogradTest.test_context_cleanup_tensor_with_grad",
     "DistAutogradTest.test_context_cleanup_nested_rpc",
     "DistAutogradTest.test_error_in_context",
