@@ -53,7 +53,7 @@ def _parent_map() -> dict[int, int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             fields = _stat_fields(int(entry))
-            if fields is not None:
+            if fields is not None and fields[0] != "Z":  # a zombie has exited already
                 parents[int(entry)] = int(fields[1])
     return parents
 

@@ -13,64 +13,29 @@ ever signalled, so a Ray cluster or mesh that something else started is never to
 The report (JSON) says the program's exit code and which leftover processes had to be
 ended, by pid and command line.
 
-Standard library only: the launcher runs under the runner's interpreter, the program
-under whichever the runner names.
+The launcher runs under the runner's interpreter (it borrows the benchmark's process
+helpers, ``bench.procfs``); the program under whichever the runner names.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-_PR_SET_CHILD_SUBREAPER = 36
+# Run as a script: the repository root, for bench.procfs.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.procfs import become_subreaper, descendants, end_processes
+
 # How long a program's processes get to exit by themselves once the program has.
 _LEFTOVER_GRACE_S = 5.0
 _KILL_GRACE_S = 3.0
-
-
-def become_subreaper() -> bool:
-    """Ask the kernel to re-parent our orphaned descendants to us instead of init."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-    except (OSError, AttributeError):
-        return False
-
-
-def _parent_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2 :].split()
-    if fields[0] == "Z":  # a zombie: exited, only waiting to be reaped
-        return None
-    return int(fields[1])
-
-
-def descendants(root: int) -> list[int]:
-    """Live descendants of ``root`` (not ``root``), parents before children."""
-    by_parent: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            parent = _parent_of(int(entry))
-            if parent is not None:
-                by_parent.setdefault(parent, []).append(int(entry))
-    found: list[int] = []
-    frontier = [root]
-    while frontier:
-        kids = [k for p in frontier for k in sorted(by_parent.get(p, []))]
-        found.extend(kids)
-        frontier = kids
-    return found
 
 
 def _cmdline(pid: int) -> str:
@@ -106,13 +71,8 @@ def end_leftovers(grace: float) -> list[dict[str, Any]]:
     """End every descendant still alive after ``grace`` s; what was ended."""
     alive = _wait_gone(grace)
     ended = [{"pid": pid, "cmdline": _cmdline(pid)} for pid in alive]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in alive:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        alive = _wait_gone(_KILL_GRACE_S)
-        if not alive:
-            break
+    end_processes(alive, _KILL_GRACE_S)
+    _reap()
     return ended
 
 

@@ -20,11 +20,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 import actormesh.actor
 from actormesh.actor import MeshFailure, ProcMesh, this_host
+
+if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
+    from tests.monarch.monarch_actors import Echo
+else:
+    from monarch_actors import Echo
 
 HERE = Path(__file__).resolve().parent
 os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -40,6 +46,12 @@ def procs() -> Iterator[ProcMesh]:
         yield mesh
     finally:
         mesh.stop().get(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def echo(procs: ProcMesh) -> Echo:
+    """An ``Echo`` on every process of ``procs``, shared by one module."""
+    return procs.spawn("echo", Echo)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import pytest
 
 from actormesh.actor import (
     Context,
-    ProcMesh,
     context,
     current_actor_name,
     current_rank,
@@ -26,11 +25,6 @@ else:
     from monarch_actors import Echo
 
 WHOLE = {"nodes": 2, "gpus": 2}
-
-
-@pytest.fixture(scope="module")
-def echo(procs: ProcMesh) -> Echo:
-    return procs.spawn("echo", Echo)
 
 
 def test_the_controller_has_the_root_context() -> None:

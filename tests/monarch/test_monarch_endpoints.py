@@ -24,11 +24,6 @@ else:
 
 
 @pytest.fixture(scope="module")
-def echo(procs: ProcMesh) -> Echo:
-    return procs.spawn("echo", Echo)
-
-
-@pytest.fixture(scope="module")
 def engine(procs: ProcMesh) -> Engine:
     return procs.spawn("engine", Engine)
 

@@ -17,11 +17,6 @@ else:
     from monarch_actors import Echo
 
 
-@pytest.fixture(scope="module")
-def echo(procs: ProcMesh) -> Echo:
-    return procs.spawn("echo", Echo)
-
-
 @pytest.fixture
 def one(echo: Echo) -> Echo:
     return echo.slice(nodes=0, gpus=0)

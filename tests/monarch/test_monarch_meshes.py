@@ -29,11 +29,6 @@ else:
 WHOLE = {"nodes": 2, "gpus": 2}
 
 
-@pytest.fixture(scope="module")
-def echo(procs: ProcMesh) -> Echo:
-    return procs.spawn("echo", Echo)
-
-
 def test_this_host_is_a_host_mesh_without_dimensions() -> None:
     host = this_host()
     assert isinstance(host, HostMesh)

@@ -15,11 +15,6 @@ else:
 
 
 @pytest.fixture(scope="module")
-def echo(procs: ProcMesh) -> Echo:
-    return procs.spawn("echo", Echo)
-
-
-@pytest.fixture(scope="module")
 def ranks(echo: Echo) -> ValueMesh[int]:
     """Each actor's flat rank, over ``{nodes: 2, gpus: 2}``."""
     return echo.rank.call().get(timeout=30)
