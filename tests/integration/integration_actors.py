@@ -196,6 +196,15 @@ class Recorder(Actor):
     async def concurrent_overlap(self, pause: float) -> int:
         return await self._measure(pause)
 
+    @endpoint
+    def overlap_sync(self, pause: float) -> int:
+        """As ``overlap``, blocking the actor's thread instead of awaiting."""
+        self.active += 1
+        self.most_active = max(self.most_active, self.active)
+        time.sleep(pause)
+        self.active -= 1
+        return self.most_active
+
     async def _measure(self, pause: float) -> int:
         self.active += 1
         self.most_active = max(self.most_active, self.active)
@@ -273,6 +282,27 @@ class DataPlane(Actor):
     @endpoint
     async def hold(self, value: Any) -> None:
         self.kept.append(value)
+
+    @endpoint
+    async def bump_kept(self) -> int:
+        """Add one to every byte of the last value kept, in place; its checksum after."""
+        import zlib
+
+        self.kept[-1].add_(1)
+        return zlib.crc32(_flat_bytes(self.kept[-1]))
+
+    @endpoint
+    async def kept_checksum(self) -> int:
+        import zlib
+
+        return zlib.crc32(_flat_bytes(self.kept[-1]))
+
+    @endpoint
+    async def drop_kept(self) -> None:
+        import gc
+
+        self.kept.clear()
+        gc.collect()  # the mappings go now, so their segments return
 
     @endpoint
     async def stall(self, value: Any) -> None:

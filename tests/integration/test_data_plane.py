@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import threading
+import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -31,6 +33,16 @@ def plane() -> Iterator[tuple[ProcMesh, ActorMesh[DataPlane]]]:
         yield procs, procs.spawn("plane", DataPlane)
     finally:
         procs.stop().get(timeout=60)
+
+
+def _within(seconds: float, condition: Callable[[], bool]) -> bool:
+    """Whether ``condition`` holds within ``seconds`` (checked every 10 ms)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        threading.Event().wait(0.01)
+    return True
 
 
 def _our_shm_entries() -> list[str]:
@@ -97,6 +109,31 @@ def test_segments_are_recycled_and_nothing_is_named_in_dev_shm(plane: Any) -> No
     # The receiver gave the segments back: they wait in our pool for the next send.
     assert pool.idle_bytes() >= 8 << 20
     assert _our_shm_entries() == []
+
+
+def test_a_broadcast_is_copied_once_and_each_actor_keeps_its_own_copy(plane: Any) -> None:
+    _, mesh = plane
+    tensor = torch.randint(0, 255, (8 << 20,), dtype=torch.uint8)
+    original = zlib.crc32(tensor.numpy().tobytes())
+    lent_before = set(pool._lent)
+    mesh.hold.call(tensor).get(timeout=60)
+    new = [segment for inode, segment in pool._lent.items() if inode not in lent_before]
+    # One segment for the two receivers, lent to both.
+    assert [segment.holders for segment in new] == [2]
+    # A write by one actor stays in its copy (copy-on-write), the sender's is untouched.
+    bumped = mesh.slice(gpus=0).bump_kept.call_one().get(timeout=60)
+    assert bumped == zlib.crc32((tensor + 1).numpy().tobytes())
+    assert mesh.slice(gpus=1).kept_checksum.call_one().get(timeout=60) == original
+    assert zlib.crc32(tensor.numpy().tobytes()) == original
+    mesh.drop_kept.call().get(timeout=60)
+    # Both gave it back (on the connections the runtime reads, not the one the replies of
+    # this thread come on: no call's reply orders it): the segment is idle again.
+    assert _within(10.0, lambda: new[0] in pool._idle)
+    assert new[0].inode not in pool._lent
+    # Refilled for the next broadcast, with new contents.
+    other = torch.randint(0, 255, (8 << 20,), dtype=torch.uint8)
+    sums = mesh.checksum.call(other).get(timeout=60)
+    assert set(sums.values()) == {zlib.crc32(other.numpy().tobytes())}
 
 
 def test_a_worker_killed_mid_transfer_leaks_nothing() -> None:

@@ -64,6 +64,19 @@ def test_an_actor_handles_one_message_at_a_time(recorder: ActorMesh[Recorder]) -
     assert run(main()) == [1, 1, 1, 1, 1]
 
 
+def test_def_and_async_def_calls_never_overlap(recorder: ActorMesh[Recorder]) -> None:
+    target = recorder[1, 0]
+
+    async def main() -> list[int]:
+        # def and async def calls alternate in runs: the queue passes between the actor's
+        # thread and the event loop, one message at a time throughout.
+        kinds = [target.overlap_sync, target.overlap_sync, target.overlap, target.overlap_sync]
+        calls = [kinds[i % 4].call_one(0.01) for i in range(12)]
+        return await asyncio.gather(*calls)
+
+    assert run(main()) == [1] * 12
+
+
 def test_concurrent_endpoints_overlap(recorder: ActorMesh[Recorder]) -> None:
     target = recorder[0, 0]
 

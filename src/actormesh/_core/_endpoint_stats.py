@@ -1,7 +1,9 @@
 """What one actor's endpoints have done: calls, errors and recent run times.
 
-The mailbox records every message it ran (on the event loop thread, so no lock is needed)
-and the process' answer to an OBSERVE frame reads it there too. Recording is a dict
+The mailbox records every message it ran, on the thread that ran it (the loop for
+``async`` endpoints, the actor's thread for ``def`` ones); the process' answer to an
+OBSERVE frame reads it on the loop, from copies each taken in one step (one thread
+appends, one reads: no lock on the per-call path). Recording is a dict
 lookup, two additions and a bounded append, so keeping it on costs nothing measurable
 per call; ``Config.observe`` turns it off all the same.
 
@@ -30,7 +32,7 @@ class _Counts:
 
 
 class EndpointStats:
-    """Per-endpoint counts and run times of one actor (loop thread only)."""
+    """Per-endpoint counts and run times of one actor (one writer per endpoint)."""
 
     __slots__ = ("_by_endpoint",)
 
@@ -50,7 +52,9 @@ class EndpointStats:
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per endpoint: calls, errors, and the 50th and 99th percentile run times (s)."""
         report = {}
-        for endpoint, counts in self._by_endpoint.items():
+        # list() and sorted() copy in one step under the GIL; iterating the live dict or
+        # deque could meet a concurrent insert or append.
+        for endpoint, counts in list(self._by_endpoint.items()):
             ordered = sorted(counts.times)
             report[endpoint] = {
                 "calls": counts.calls,

@@ -8,6 +8,12 @@ starts a task on arrival, even while the actor is busy with another message. The
 sent by whichever thread finished the work: there is no hop back to the loop before the
 caller hears.
 
+Whoever runs the head of the queue drains it: the loop's task while the head is an
+``async`` endpoint, the actor's thread while it is a ``def`` one, handing over when the
+kind changes. A run of ``def`` calls thus costs the loop one hand-off to the thread when
+the first arrives and nothing after: no task, no future and no wake-up of the loop per
+message (the queue and who drains it are shared under a lock).
+
 Cancellation: a caller that gives up sends CANCEL; a queued message is dropped, a running
 ``async`` endpoint has its task cancelled, and a running ``def`` endpoint sees a flag it
 may poll (``CURRENT_MESSAGE``, read by ``actormesh.cancelled()``). The mailbox also knows
@@ -18,6 +24,7 @@ what it is running and since when, for the runtime to tell a caller that timed o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import enum
 import queue
@@ -106,12 +113,15 @@ class Mailbox:
     def __init__(self, loop: asyncio.AbstractEventLoop, name: str, *, stats: bool = True) -> None:
         self._loop = loop
         self.stats = EndpointStats() if stats else None
+        # The queue, and whether someone (the loop's task or the actor's thread) drains it.
+        self._lock = threading.Lock()
         self._queue: deque[Message] = deque()
         self._running = False
         self._closed = False
         self._host: Hosted | None = None
-        # What runs now (loop thread only): the one-at-a-time message, since when, and the
-        # task draining the queue (it runs ``async`` endpoints); concurrent ones by task.
+        # What runs now: the one-at-a-time message, since when (both set by whichever
+        # thread runs it), the task that drains the queue while its head is ``async``;
+        # concurrent ones by task (loop thread).
         self.current: Message | None = None
         self.since = 0.0
         self._drain_task: asyncio.Task[None] | None = None
@@ -141,23 +151,37 @@ class Mailbox:
     def _after_construct(
         self, error: BaseException | None, done: Callable[[BaseException | None], None]
     ) -> None:
-        self._running = False
+        with self._lock:
+            waiting, self._queue = self._queue, deque()
+            if error is not None:
+                self._closed = True
         if error is not None:
-            self._closed = True
             # Messages that arrived while it was being built will never run: fail them.
-            while self._queue:
-                self._queue.popleft().fail_init(error)
+            for message in waiting:
+                message.fail_init(error)
+            waiting.clear()
         done(error)
         host = self._host
-        if host is not None and self._queue:
+        later: deque[Message] = deque()
+        for message in waiting:
             # Calls to concurrent endpoints that came while it was being built start now,
             # as they would have on arrival; the others run in order.
-            waiting, self._queue = self._queue, deque()
-            for message in waiting:
-                if _is_concurrent(host, message.endpoint):
-                    self._start_concurrent(host, message)
-                else:
-                    self._queue.append(message)
+            if host is not None and _kind_of(host, message.endpoint) is EndpointKind.CONCURRENT:
+                self._start_concurrent(host, message)
+            else:
+                later.append(message)
+        with self._lock:
+            later.extend(self._queue)
+            self._queue = later
+        # Messages run from the next turn on: ``done`` answered the spawn with a frame
+        # that leaves in a callback already queued, and the actor's thread must not run
+        # a message (one that may end the process) before that answer is out. Until then
+        # ``_running`` stays set, so arrivals only queue.
+        self._loop.call_soon(self._start_after_construct)
+
+    def _start_after_construct(self) -> None:
+        with self._lock:
+            self._running = False
         self._kick()
 
     def deliver(self, message: Message) -> None:
@@ -168,12 +192,15 @@ class Mailbox:
             message.fail(MeshStoppedError("the actor was stopped"))
             return
         host = self._host
-        if host is not None and _is_concurrent(host, message.endpoint):
+        if host is not None and _kind_of(host, message.endpoint) is EndpointKind.CONCURRENT:
             # Concurrent endpoints skip the queue: they must answer even while the actor
             # is busy with a long message (a blocking ``def`` step, say).
             self._start_concurrent(host, message)
             return
-        self._queue.append(message)
+        with self._lock:
+            self._queue.append(message)
+            if self._running:
+                return  # whoever drains the queue will come to it
         self._kick()
 
     def _start_concurrent(self, host: Hosted, message: Message) -> None:
@@ -202,46 +229,100 @@ class Mailbox:
         task.add_done_callback(done)
 
     def _kick(self) -> None:
-        if not self._running and self._queue and self._host is not None:
+        """Start draining the queue, if nobody does (loop thread)."""
+        host = self._host
+        with self._lock:
+            if self._running or not self._queue or host is None or self._closed:
+                return
             self._running = True
-            self._drain_task = self._loop.create_task(self._drain(), context=self._host.context)
+            head = self._queue[0]
+        if _kind_of(host, head.endpoint) is EndpointKind.SYNC:
+            self._jobs.put((self._drain_on_thread,))
+        else:
+            self._start_drain_task()
+
+    def _start_drain_task(self) -> None:
+        host = self._host
+        assert host is not None
+        self._drain_task = self._loop.create_task(self._drain(), context=host.context)
+
+    def _next(self, host: Hosted, on_thread: bool) -> tuple[Message, EndpointKind | None] | bool:
+        """Take the head of the queue if it is this drainer's (``on_thread``: the actor's
+        thread, which runs ``def`` endpoints; else the loop's task). Otherwise False when
+        the queue is empty (nobody drains it from now on), True when its head is the
+        other drainer's (the caller hands over)."""
+        with self._lock:
+            if self._closed or not self._queue:
+                self._running = False
+                return False
+            message = self._queue[0]
+            kind = _kind_of(host, message.endpoint)
+            if kind is not None and (kind is EndpointKind.SYNC) != on_thread:
+                return True
+            self._queue.popleft()
+            return message, kind
 
     async def _drain(self) -> None:
         host = self._host
         assert host is not None
         try:
-            while self._queue and not self._closed:
-                message = self._queue.popleft()
-                try:
-                    kind = host.kind(message.endpoint)
-                    args, kwargs = message.arguments()
-                except BaseException as error:
-                    message.fail(error)
+            while not isinstance(taken := self._next(host, on_thread=False), bool):
+                message, kind = taken
+                args = self._arguments(host, message)
+                if args is None:
                     continue
                 self.current, self.since = message, time.monotonic()
                 ok: bool | None
-                if kind is EndpointKind.SYNC:
-                    finished: asyncio.Future[bool] = self._loop.create_future()
-                    self._jobs.put((self._run_sync, host, message, args, kwargs, finished))
-                    ok = await finished
-                elif kind is EndpointKind.ASYNC:
-                    ok = await self._run_async(host, message, args, kwargs)
+                if kind is EndpointKind.ASYNC:
+                    ok = await self._run_async(host, message, *args)
                 else:
                     self._track(
                         message,
                         self._loop.create_task(
-                            self._run_async(host, message, args, kwargs), context=host.context
+                            self._run_async(host, message, *args), context=host.context
                         ),
                     )
                     ok = None  # counted when its task ends
                 self.current = None
                 if ok is not None and self.stats is not None:
                     self.stats.record(message.endpoint, time.monotonic() - self.since, ok)
+        except BaseException:
+            with self._lock:
+                self._running = False
+            raise
         finally:
-            self._running = False
             self.current = None
-        if self._queue and not self._closed:
-            self._kick()
+        if taken:  # a ``def`` endpoint heads the queue: the actor's thread goes on
+            self._jobs.put((self._drain_on_thread,))
+
+    def _drain_on_thread(self) -> None:
+        """Run the queue's ``def`` endpoints on the actor's thread, in order, until it is
+        empty or an ``async`` one heads it (the loop's task takes over)."""
+        host = self._host
+        assert host is not None
+        while not isinstance(taken := self._next(host, on_thread=True), bool):
+            message, _ = taken
+            args = self._arguments(host, message)
+            if args is None:
+                continue
+            self.current, self.since = message, time.monotonic()
+            ok = self._run_sync(host, message, *args)
+            self.current = None
+            if self.stats is not None:
+                self.stats.record(message.endpoint, time.monotonic() - self.since, ok)
+        if taken:  # an ``async`` endpoint heads the queue: the loop's task goes on
+            with contextlib.suppress(RuntimeError):  # a closed loop: the process is ending
+                self._loop.call_soon_threadsafe(self._start_drain_task)
+
+    @staticmethod
+    def _arguments(host: Hosted, message: Message) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The message's arguments; None (the caller told) when they or it are unusable."""
+        try:
+            host.kind(message.endpoint)  # raises for a name that is no endpoint
+            return message.arguments()
+        except BaseException as error:
+            message.fail(error)
+            return None
 
     async def _run_async(
         self, host: Hosted, message: Message, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -267,14 +348,11 @@ class Mailbox:
         message.succeed(value)
         return True
 
+    @staticmethod
     def _run_sync(
-        self,
-        host: Hosted,
-        message: Message,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        finished: asyncio.Future[bool],
-    ) -> None:
+        host: Hosted, message: Message, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> bool:
+        """Run a ``def`` endpoint and answer; True when it returned, False if it raised."""
         token = CURRENT_MESSAGE.set(message)
         ok = False
         try:
@@ -286,7 +364,7 @@ class Mailbox:
             ok = True
         finally:
             CURRENT_MESSAGE.reset(token)
-        self._loop.call_soon_threadsafe(_resolve, finished, ok)
+        return ok
 
     def _thread_main(self) -> None:
         # Jobs run in a copy of the actor's context (current actor, rank): a Context can be
@@ -312,11 +390,13 @@ class Mailbox:
     @property
     def drain_task(self) -> asyncio.Task[None] | None:
         """The task running the queue (and its ``async`` endpoints), if running."""
-        return self._drain_task if self._running else None
+        task = self._drain_task
+        return task if task is not None and not task.done() else None
 
     def queued(self) -> list[Message]:
-        """Messages waiting their turn, oldest first (loop thread)."""
-        return list(self._queue)
+        """Messages waiting their turn, oldest first."""
+        with self._lock:
+            return list(self._queue)
 
     def cancel(self, match: Callable[[Message], bool]) -> int:
         """Cancel the messages ``match`` selects (loop thread); returns how many it reached.
@@ -327,8 +407,11 @@ class Mailbox:
         from asyncio import CancelledError
 
         reached = 0
-        for message in [m for m in self._queue if match(m)]:
-            self._queue.remove(message)
+        with self._lock:
+            dropped = [m for m in self._queue if match(m)]
+            for message in dropped:
+                self._queue.remove(message)
+        for message in dropped:
             message.cancelled = True
             message.fail(CancelledError("the caller cancelled the call before it started"))
             reached += 1
@@ -359,10 +442,12 @@ class Mailbox:
         """
         from .._exceptions import MeshStoppedError
 
-        self._closed = True
+        with self._lock:
+            self._closed = True
+            dropped, self._queue = self._queue, deque()
         why = "the actor's mesh was stopped" if error is None else f"the actor failed: {error}"
-        while self._queue:
-            self._queue.popleft().abandon(MeshStoppedError(why))
+        for message in dropped:
+            message.abandon(MeshStoppedError(why))
         host = self._host
         if host is not None:
             self._jobs.put((host.close, error) if error is not None else (host.close,))
@@ -371,13 +456,9 @@ class Mailbox:
         self._jobs.put(_STOP)
 
 
-def _is_concurrent(host: Hosted, endpoint: str) -> bool:
+def _kind_of(host: Hosted, endpoint: str) -> EndpointKind | None:
+    """How ``endpoint`` runs; None when it is no endpoint (reported in its turn)."""
     try:
-        return host.kind(endpoint) is EndpointKind.CONCURRENT
+        return host.kind(endpoint)
     except Exception:
-        return False  # not an endpoint: the queue reports it in order
-
-
-def _resolve(future: asyncio.Future[bool], ok: bool) -> None:
-    if not future.done():
-        future.set_result(ok)
+        return None

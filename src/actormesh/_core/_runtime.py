@@ -33,6 +33,7 @@ from .._transport import (
     Connection,
     Limits,
     Listener,
+    SegmentShare,
     TcpListener,
     TransportClosed,
     connect_address,
@@ -499,10 +500,19 @@ class CoreRuntime(Hosting):
         """Stop listening for a request (late replies are then dropped)."""
         self._pending.pop(req_id, None)
 
-    def send(self, conn: Connection, header: tuple[Any, ...], parts: Sequence[Buffer]) -> None:
-        """Send one frame; raises ``ActorDiedError`` when the connection is gone."""
+    def send(
+        self,
+        conn: Connection,
+        header: tuple[Any, ...],
+        parts: Sequence[Buffer],
+        share: SegmentShare | None = None,
+    ) -> None:
+        """Send one frame; raises ``ActorDiedError`` when the connection is gone.
+
+        ``share``: the same parts go to other processes of this host (see ``Connection``).
+        """
         try:
-            conn.send([env.encode_header(header), *parts])
+            conn.send([env.encode_header(header), *parts], share)
         except TransportClosed as error:
             raise ActorDiedError(str(error), reason=str(error)) from None
 

@@ -20,7 +20,7 @@ from typing import Any
 from .._core import _envelope as env
 from .._core import dumps, loads
 from .._exceptions import ActorDiedError
-from .._transport import Connection, TransportClosed
+from .._transport import Connection, SegmentShare, TransportClosed
 from .._transport._frames import Buffer
 from ._process import ChildProcess
 from ._remote import RemoteProcess, Status
@@ -63,14 +63,21 @@ class RelayConnection(Connection):
         """True once the worker is gone, or its agent is."""
         return self._closed or self.link.conn.closed
 
-    def send(self, parts: Sequence[Buffer]) -> None:
-        """Send one frame to the worker (through its agent); any thread."""
+    def send(self, parts: Sequence[Buffer], share: SegmentShare | None = None) -> None:
+        """Send one frame to the worker (through its agent); any thread.
+
+        ``share`` is not used: the agent copies what it relays.
+        """
         if self._closed:
             raise TransportClosed(f"the worker at {self.peer} is gone")
         self.link.conn.send([env.encode_header((env.RELAY, self.peer)), *parts])
 
     def start(self) -> None:
         """Nothing to read: replies come on the agent's connection."""
+
+    def read_remaining(self) -> None:
+        """Nothing to read here: the agent's connection carries what the worker said,
+        in order with the agent's news of its exit."""
 
     def close(self) -> None:
         """Mark the worker gone."""

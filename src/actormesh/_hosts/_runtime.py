@@ -11,6 +11,7 @@ workers that are alive but frozen; a dead worker may be relaunched in place.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import errno
 import itertools
@@ -28,6 +29,7 @@ from .._core._deferral import Deferrals, Resume
 from .._exceptions import ActorDiedError
 from .._transport import (
     Connection,
+    SegmentShare,
     TransportClosed,
     connect_address,
     dual_address,
@@ -415,12 +417,21 @@ class Runtime(CoreRuntime):
         """
         failed: list[tuple[tuple[int, ...], str]] = []
         by_agent: dict[tuple[int, int], list[tuple[RelayConnection, tuple[int, ...], Any]]] = {}
+        # Frames to several processes of this host with the same parts copy their large
+        # parts into shared memory once, for all of them.
+        direct = []
         for conn, ranks, header, parts in frames:
             if isinstance(conn, RelayConnection) and not conn.closed:
                 by_agent.setdefault((id(conn.link), id(parts)), []).append((conn, ranks, header))
-                continue
+            else:
+                direct.append((conn, ranks, header, parts))
+        shares: dict[int, SegmentShare] = {}
+        if len(direct) > 1:
+            readers = collections.Counter(id(parts) for _, _, _, parts in direct)
+            shares = {key: SegmentShare() for key, count in readers.items() if count > 1}
+        for conn, ranks, header, parts in direct:
             try:
-                self.send(conn, header, parts)
+                self.send(conn, header, parts, shares.get(id(parts)))
             except ActorDiedError as error:
                 failed.append((ranks, error.reason or str(error)))
         for group in by_agent.values():
@@ -466,6 +477,11 @@ class Runtime(CoreRuntime):
 
     def _child_exited(self, child: ChildProcess) -> None:
         path = child.listen_path
+        # The pidfd may fire before the loop read the worker's last frames (an actor's
+        # answer to its spawn, then a call that killed the process): hear them first.
+        for conn in (self._conns.get(path), *self._owned_conns(child)):
+            if conn is not None:
+                conn.read_remaining()
         if not child.stopping and self.relaunch_policy is not None and self.relaunch_policy(child):
             self._deferrals.begin(path)
         how = child.death_note or describe_exit(child.returncode)
@@ -487,10 +503,9 @@ class Runtime(CoreRuntime):
                 ActorDiedError(f"worker {reason} before joining its mesh", reason=reason)
             )
         conn = self._conns.get(path)
-        for known, owned in list(self._child_conns.items()):
-            if owned is child:
-                conn = known
-                del self._child_conns[known]
+        for known in self._owned_conns(child):
+            conn = known
+            del self._child_conns[known]
         # The owner's listeners (supervision, restarts) hear of the death before any
         # waiting call does: a caller woken by its ActorDiedError finds the mesh already
         # knowing which ranks are dead, whatever it does next (no race decides it).
@@ -511,6 +526,10 @@ class Runtime(CoreRuntime):
             kill_tagged("ACTORMESH_KEY", child.key)
         if not self._deferrals.active(path) and not self.owner_decides_restarts:
             child.release_address()  # no successor will listen there
+
+    def _owned_conns(self, child: ChildProcess) -> list[Connection]:
+        """The connections ``child`` made to us (its HELLO)."""
+        return [known for known, owned in self._child_conns.items() if owned is child]
 
     def debugging(self, address: str, stopped: bool) -> None:
         """A worker of ours at ``address`` stopped at a breakpoint, or went on (loop thread):

@@ -15,6 +15,7 @@ from ._address import (
 from ._auth import AuthenticationError, new_secret
 from ._connection import Connection, TransportClosed
 from ._gatekeeper import Gatekeeper, Limits
+from ._shm import SegmentShare
 from ._steps import Steps, run_blocking
 from ._tcp import (
     TcpListener,
@@ -33,6 +34,7 @@ __all__ = [
     "Gatekeeper",
     "Limits",
     "Listener",
+    "SegmentShare",
     "Steps",
     "TcpListener",
     "TransportClosed",

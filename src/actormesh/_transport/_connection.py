@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from ._frames import (
+    PRIVATE,
     RETURNED,
     SHARED,
     Buffer,
@@ -32,7 +33,7 @@ from ._frames import (
     parse_lengths,
     parse_prefix,
 )
-from ._shm import map_segment, pool
+from ._shm import SegmentShare, map_segment, pool
 from ._speedups import frame_header, parse_inline, receive, send_buffers
 
 __all__ = ["Connection", "TransportClosed"]
@@ -59,6 +60,20 @@ class _ReadCallback(threading.local):
 
 
 _callback = _ReadCallback()
+
+
+# Received descriptors of segments mapped copy-on-write, on their way back to the sender.
+_PRIVATE_FDS: set[int] = set()
+
+
+def _keep_or_close(fd: int) -> None:
+    """A received segment whose sender cannot take it back: reuse it here when it was
+    ours alone, else close it."""
+    if fd in _PRIVATE_FDS:
+        _PRIVATE_FDS.discard(fd)
+        os.close(fd)
+    else:
+        pool.give(fd)
 
 
 class TransportClosed(ConnectionError):
@@ -126,6 +141,7 @@ class Connection:
         self._big_view: memoryview | None = None
         self._big_filled = 0
         self._big_lengths: tuple[int, ...] = ()
+        self._received = 0  # bytes read so far
 
     @property
     def closed(self) -> bool:
@@ -164,14 +180,28 @@ class Connection:
         blocked loop; never while the loop itself may read)."""
         self._on_readable()
 
+    def read_remaining(self) -> None:
+        """Deliver every frame already in the socket, now (loop thread).
+
+        For a peer known to be dead (its process exit seen elsewhere, a pidfd say) before
+        the loop read all it sent: what it said before dying is heard before its death.
+        """
+        while not self._closed:
+            before = self._received
+            self._on_readable()
+            if self._received == before:
+                return
+
     # -- sending ------------------------------------------------------------------------
 
-    def send(self, parts: Sequence[Buffer]) -> None:
+    def send(self, parts: Sequence[Buffer], share: SegmentShare | None = None) -> None:
         """Send one frame made of ``parts``; callable from any thread.
 
         Parts of at least ``shm_threshold`` bytes are copied into shared memory before this
         returns; smaller ones must not change until flushed (a large frame may be flushed
-        by the loop after this returns). Raises ``TransportClosed`` when closed.
+        by the loop after this returns). ``share``: the same frame goes to other
+        connections of this host with the same share, and its large parts are copied
+        once for all of them. Raises ``TransportClosed`` when closed.
         """
         header, size, largest = frame_header(parts)
         threshold = self._shm_threshold
@@ -185,19 +215,34 @@ class Connection:
         lengths = [nbytes(part) for part in parts]
         inline: list[Buffer] = []
         fds: list[int] = []
+        inodes: set[int] = set()
         try:
             for index, part in enumerate(parts):
                 size = lengths[index]
-                if size >= threshold:
+                if size < threshold:
+                    inline.append(part)
+                    continue
+                if share is None:
                     fd, inode = pool.fill(part, size)
-                    fds.append(fd)
-                    self._lent.add(inode)
                     lengths[index] = size | SHARED
                 else:
-                    inline.append(part)
+                    fd, inode = share.segment(index, part, size)
+                    lengths[index] = size | SHARED | PRIVATE
+                fds.append(fd)
+                inodes.add(inode)
             header = encode_header(lengths)
             total = len(header) + sum(nbytes(part) for part in inline)
+            with self._lock:
+                self._lent |= inodes  # before the send: the peer may return them at once
             self._send_locked([header, *inline], fds, total)
+        except BaseException:
+            # Never sent: this receiver will not give them back (unless closing the
+            # connection already forgot them).
+            with self._lock:
+                unsent = inodes & self._lent
+                self._lent -= unsent
+            pool.forget(unsent)
+            raise
         finally:
             for fd in fds:  # the kernel holds its own reference while the frame is in flight
                 os.close(fd)
@@ -366,6 +411,7 @@ class Connection:
         # fileno() is -1 once closed: the read then fails (EBADF) rather than reaching a
         # descriptor number the process has reused.
         n, fds, truncated = receive(self._sock, self._sock.fileno(), into)
+        self._received += n
         if fds:
             self._fds.extend(fds)
         if truncated:
@@ -443,13 +489,19 @@ class Connection:
         # A received segment is unused now (may run on any thread, even inside a send of
         # this connection during garbage collection: so only queue it and wake the loop).
         if self._closed or self._loop.is_closed():
-            pool.give(fd)
+            _keep_or_close(fd)
             return
         with self._returns_lock:
             self._returns.append(fd)
             if len(self._returns) > 1:
                 return
         self._loop.call_soon_threadsafe(self._flush_returns)
+
+    def _release_private(self, fd: int) -> None:
+        # Others map this segment too: its sender reuses it once all gave it back, so it
+        # must never become this process' own (refilling it would change their copies).
+        _PRIVATE_FDS.add(fd)
+        self._release(fd)
 
     def _flush_returns(self) -> None:
         with self._returns_lock:
@@ -461,16 +513,21 @@ class Connection:
                 self._send_locked([header], batch, len(header))
             except TransportClosed:
                 for fd in batch:
-                    pool.give(fd)
+                    _keep_or_close(fd)
                 continue
             for fd in batch:
+                _PRIVATE_FDS.discard(fd)
                 os.close(fd)
 
     def _deliver(self, body: memoryview, lengths: tuple[int, ...]) -> None:
         parts = []
         offset = 0
         for length in lengths:
-            if length & SHARED:
+            if length & PRIVATE:
+                size = length & ~(SHARED | PRIVATE)
+                fd = self._fds.popleft()
+                parts.append(map_segment(fd, size, self._release_private, private=True))
+            elif length & SHARED:
                 parts.append(map_segment(self._fds.popleft(), length & ~SHARED, self._release))
             else:
                 parts.append(body[offset : offset + length])

@@ -2,7 +2,8 @@
 
 A frame is ``<u32 nparts><u64 body_bytes>`` followed by ``nparts`` little-endian u64
 lengths, then the parts back to back. A length with the ``SHARED`` bit names a part that
-travels as a shared-memory descriptor instead of inline bytes. Parts are opaque: the first
+travels as a shared-memory descriptor instead of inline bytes (with ``PRIVATE`` too, other
+processes were sent the same memory, to be mapped copy-on-write). Parts are opaque: the first
 is usually an envelope header, the next a pickle, the rest out-of-band buffers that the
 receiver maps without a further copy. Everything here is pure.
 """
@@ -17,6 +18,7 @@ from typing import Any
 __all__ = [
     "Buffer",
     "PREFIX",
+    "PRIVATE",
     "RETURNED",
     "SHARED",
     "encode_header",
@@ -34,6 +36,8 @@ PREFIX = struct.Struct("<IQ")
 # A length with this bit set is a part passed as shared memory: its bytes are not in the
 # body, a file descriptor sent with the frame holds them (see ``_shm``).
 SHARED = 1 << 63
+# With SHARED: the same memory went to other processes too; map it copy-on-write.
+PRIVATE = 1 << 62
 # A part count with this bit set is a control frame: the sender's shared-memory parts of
 # earlier frames are unused on this side now, and their descriptors come back with it.
 RETURNED = 1 << 31

@@ -11,12 +11,19 @@ mapping dies (the tensor built over it is freed), the descriptor goes back to th
 over the same connection, into the sender's ``SegmentPool``, ready for its next large
 part with its pages already in place.
 
+One frame sent to several processes of the host (a broadcast of a large argument, a
+weight sync to every generator) fills one segment for all of them: each receiver maps it
+copy-on-write (``MAP_PRIVATE``), so every actor still holds its own logical copy, pages
+are shared until one of them writes, and the segment is reused only once every holder
+returned it.
+
 Nothing is ever named in ``/dev/shm``: the kernel frees a segment when its last
 descriptor and mapping are gone, so a process that dies mid-transfer leaks nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import threading
@@ -24,17 +31,20 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SegmentPool", "map_segment", "pool"]
+__all__ = ["SegmentPool", "SegmentShare", "map_segment", "pool"]
 
 _PROT = mmap.PROT_READ | mmap.PROT_WRITE
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+# Maps a private mapping's pages for reading without copying them (Linux 5.14);
+# MAP_POPULATE would break copy-on-write on every page, copying the whole segment.
+_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 _GRANULE = 2 * 1024 * 1024
 
 
 class _Segment:
     """A memory file and, once filled here, this process' mapping of it."""
 
-    __slots__ = ("capacity", "fd", "inode", "mapping")
+    __slots__ = ("capacity", "fd", "holders", "inode", "mapping", "tainted")
 
     def __init__(self, fd: int) -> None:
         stat = os.fstat(fd)
@@ -42,6 +52,10 @@ class _Segment:
         self.capacity = stat.st_size
         self.inode = stat.st_ino
         self.mapping: mmap.mmap | None = None
+        self.holders = 0  # receivers it is lent to
+        # A holder was forgotten (its connection closed) and may still map it: never
+        # refill it, or that holder's copy would change under it.
+        self.tainted = False
 
     def close(self) -> None:
         if self.mapping is not None:
@@ -52,9 +66,9 @@ class _Segment:
 class SegmentPool:
     """Memory files this process may fill and send, smallest fitting first.
 
-    A segment is idle (ready), or lent (sent; the receiver returns it when done). Lent
-    segments keep this side's mapping, so a returning segment is refilled without
-    mapping its pages again.
+    A segment is idle (ready), or lent (sent; each receiver returns it when done: one
+    frame may lend it to several). Lent segments keep this side's mapping, so a
+    returning segment is refilled without mapping its pages again.
 
     Args:
         max_idle_bytes: capacity kept idle at most; segments beyond it are closed.
@@ -85,9 +99,21 @@ class SegmentPool:
         except BaseException:
             segment.close()
             raise
+        segment.holders = 1
         with self._lock:
             self._lent[segment.inode] = segment
         return fd, segment.inode
+
+    def lend_again(self, inode: int) -> int:
+        """Lend a segment ``fill`` returned to one more receiver; the descriptor to send.
+
+        Raises:
+            KeyError: the segment is no longer lent (every holder already gave it back).
+        """
+        with self._lock:
+            segment = self._lent[inode]
+            segment.holders += 1
+        return os.dup(segment.fd)
 
     def _take(self, size: int) -> _Segment:
         with self._lock:
@@ -113,11 +139,17 @@ class SegmentPool:
             return 0
         inode = segment.inode
         with self._lock:
-            lent = self._lent.pop(segment.inode, None)
+            lent = self._lent.get(inode)
             if lent is not None:
                 os.close(fd)  # ours: the copy we kept is the one with a mapping
+                lent.holders -= 1
+                if lent.holders > 0:
+                    return inode  # other receivers still map it
+                del self._lent[inode]
                 segment = lent
-            if self._idle_bytes() + segment.capacity <= self.max_idle_bytes:
+            if not segment.tainted and (
+                self._idle_bytes() + segment.capacity <= self.max_idle_bytes
+            ):
                 self._idle.append(segment)
                 self._idle.sort(key=lambda s: s.capacity)
                 return inode
@@ -125,9 +157,21 @@ class SegmentPool:
         return inode
 
     def forget(self, inodes: set[int]) -> None:
-        """Drop lent segments that will never come back (their receiver is gone)."""
+        """Drop lent segments that will never come back (their receiver is gone).
+
+        A segment lent to other receivers too stays until they give it back, and is then
+        closed rather than reused.
+        """
+        gone = []
         with self._lock:
-            gone = [self._lent.pop(inode) for inode in inodes if inode in self._lent]
+            for inode in inodes:
+                segment = self._lent.get(inode)
+                if segment is None:
+                    continue
+                segment.tainted = True
+                segment.holders -= 1
+                if segment.holders <= 0:
+                    gone.append(self._lent.pop(inode))
         for segment in gone:
             segment.close()
 
@@ -143,10 +187,46 @@ class SegmentPool:
 pool = SegmentPool()
 
 
-def map_segment(fd: int, size: int, release: Callable[[int], None]) -> memoryview:
-    """Map a received segment; ``release(fd)`` runs once the mapping is no longer used."""
+class SegmentShare:
+    """The segments of one frame's large parts, as it goes to several receivers.
+
+    The first receiver's send fills a segment per large part; the others are lent the
+    same segments. Use one share per frame (parts are told apart by their index).
+    """
+
+    __slots__ = ("_inodes",)
+
+    def __init__(self) -> None:
+        self._inodes: dict[int, int] = {}  # part index -> inode
+
+    def segment(self, index: int, part: Any, size: int) -> tuple[int, int]:
+        """``(fd to send, inode)`` for part ``index``; the caller closes the fd once sent."""
+        inode = self._inodes.get(index)
+        if inode is not None:
+            try:
+                return pool.lend_again(inode), inode
+            except KeyError:
+                pass  # every earlier receiver already gave it back: fill a new one
+        fd, inode = pool.fill(part, size)
+        self._inodes[index] = inode
+        return fd, inode
+
+
+def map_segment(
+    fd: int, size: int, release: Callable[[int], None], *, private: bool = False
+) -> memoryview:
+    """Map a received segment; ``release(fd)`` runs once the mapping is no longer used.
+
+    ``private``: other processes map the same segment, so map it copy-on-write (writes
+    stay in this process).
+    """
     try:
-        mapping = mmap.mmap(fd, size, mmap.MAP_SHARED | _POPULATE, _PROT)
+        if private:
+            mapping = mmap.mmap(fd, size, mmap.MAP_PRIVATE, _PROT)
+            with contextlib.suppress(OSError):  # an older kernel faults pages in lazily
+                mapping.madvise(_POPULATE_READ, 0, size)
+        else:
+            mapping = mmap.mmap(fd, size, mmap.MAP_SHARED | _POPULATE, _PROT)
     except BaseException:
         os.close(fd)
         raise

@@ -151,6 +151,10 @@ def _handle_barrier(state: RpcState, src: int, key: str, value: Any) -> Any:
     return board.arrive(src, key, value)
 
 
+# The reason of the error a worker that leaves gives the requests it took and never
+# answered (a barrier round, say).
+_LEFT_UNANSWERED = "left the RPC group"
+
 # Seconds between looks at whether rank 0 is gone while waiting at its barrier.
 _LEADER_CHECK = 0.5
 
@@ -174,7 +178,11 @@ def _gather(state: RpcState, key: str, value: Any, deadline: float | None) -> di
         elif isinstance(reply, ActorError) and isinstance(reply.cause, Exception):
             # Rank 0's verdict (which worker is gone), not the wrapping of it. First: the
             # wrapping of a WorkerDiedError is one too, and is not about rank 0.
-            future.set_exception(reply.cause)
+            cause = reply.cause
+            if getattr(cause, "reason", None) == _LEFT_UNANSWERED:
+                # Rank 0 took our round, then left without the barrier: say so.
+                cause = _leader_left(state, str(cause))
+            future.set_exception(cause)
         elif isinstance(reply, WorkerDiedError):
             # Rank 0 left before the request reached its agent: say who, as leader_gone.
             future.set_exception(_leader_left(state, reply.reason or str(reply)))
@@ -262,7 +270,9 @@ def teardown(state: RpcState) -> None:
             if not waiter.done():
                 waiter.set_result(None)
         # Whatever else the agent still owes (a barrier round, a fetch) will not come.
-        error = WorkerDiedError(f"{state.me} left the RPC group before answering")
+        error = WorkerDiedError(
+            f"{state.me} left the RPC group before answering", reason=_LEFT_UNANSWERED
+        )
         for reply in list(state.open_replies):
             if not reply.done():
                 reply.set_exception(error)
