@@ -67,6 +67,10 @@ class Config:
         fork_server: fork local workers from one pre-imported template process per
             owner (milliseconds each) instead of starting each as a fresh interpreter;
             used where the compiled fork is built (see ``_hosts._forkserver``).
+        reply_spin: seconds a thread waiting in ``.get()`` for a reply keeps polling its
+            socket before it sleeps (0: sleep at once). A short poll catches the replies
+            of quick calls without the wake-up a sleeping thread costs (tens of µs on a
+            VM); a longer call pays at most this much CPU before the thread sleeps.
         secret: the job's secret; every TCP connection proves it before a frame is read.
             ``None``: a controller makes one up when it first listens on TCP and hands it
             to the workers it starts; workers started by someone else need it given.
@@ -92,6 +96,7 @@ class Config:
     progress: Literal["auto", "always", "never"] = "auto"
     secret: str | None = dataclasses.field(default=None, repr=False)
     fork_server: bool = True
+    reply_spin: float = 100e-6
 
     def __post_init__(self) -> None:
         if self.output not in ("prefix", "raw", "off"):
@@ -127,6 +132,8 @@ class Config:
             raise ValueError(f"progress must be 'auto', 'always' or 'never', not {self.progress!r}")
         if self.output_aggregate < 0 or self.output_window <= 0:
             raise ValueError("output_aggregate must be >= 0 and output_window positive")
+        if not 0 <= self.reply_spin <= 0.01:
+            raise ValueError(f"reply_spin must be between 0 and 0.01 s, not {self.reply_spin!r}")
         if self.max_message_bytes <= 0 or self.shm_threshold < 0:
             raise ValueError("max_message_bytes must be positive and shm_threshold >= 0")
 

@@ -14,9 +14,11 @@ def test_settings_come_from_the_environment_with_their_types() -> None:
             "ACTORMESH_MAX_HANDSHAKES": "7",
             "ACTORMESH_FORK_SERVER": "0",
             "ACTORMESH_SOCKET_DIR": "none",
+            "ACTORMESH_REPLY_SPIN": "0",
         }
     )
     assert (config.default_timeout, config.max_handshakes, config.fork_server) == (2.5, 7, False)
+    assert config.reply_spin == 0.0
     assert config.socket_dir is None
     assert Config.from_env({"ACTORMESH_DEFAULT_TIMEOUT": "none"}).default_timeout is None
 
@@ -30,6 +32,8 @@ def test_settings_come_from_the_environment_with_their_types() -> None:
         ({"max_handshakes": True}, TypeError, "max_handshakes must be a number"),
         ({"heartbeat_timeout": 0}, ValueError, "heartbeat_timeout must be positive"),
         ({"output": "loud"}, ValueError, "output must be 'prefix', 'raw' or 'off'"),
+        ({"reply_spin": -1e-6}, ValueError, "reply_spin must be between 0 and 0.01 s"),
+        ({"reply_spin": 1.0}, ValueError, "reply_spin must be between 0 and 0.01 s"),
     ],
 )
 def test_bad_settings_are_refused_with_their_names(

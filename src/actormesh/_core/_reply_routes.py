@@ -248,9 +248,11 @@ class ThreadRoute(ReplyRoute):
         new_connection: ConnectionFactory,
         hand_over: Callable[[ThreadRoute], None],
         on_idle_adopted: Callable[[ReplyRoute], None],
+        spin: float = 0.0,
     ) -> None:
         super().__init__(runtime_loop, token, new_connection, lambda: None, on_idle_adopted)
         self.thread = threading.current_thread()
+        self._spin = spin  # seconds to poll before sleeping (Config.reply_spin)
         self._hand_over = hand_over
         self.pumping = False
         self.progress = 0  # pumps and calls so far: the runtime's sign of life
@@ -310,7 +312,16 @@ class ThreadRoute(ReplyRoute):
                     if wait <= 0:
                         break
                 poller, by_fd = self._poller()
-                for fd, _ in poller.poll(wait * 1000):
+                ready = poller.poll(0)
+                if not ready and self._spin:
+                    # Poll a little before sleeping: a quick call's reply then finds this
+                    # thread awake, which spares both sides the cost of a wake-up.
+                    until = time.perf_counter() + min(self._spin, wait)
+                    while not ready and time.perf_counter() < until:
+                        ready = poller.poll(0)
+                if not ready:
+                    ready = poller.poll(wait * 1000)
+                for fd, _ in ready:
                     conn = by_fd.get(fd)
                     if conn is None:
                         self._drain_wake()
@@ -397,10 +408,12 @@ class ReplyRoutes:
         runtime_loop: asyncio.AbstractEventLoop,
         new_connection: ConnectionFactory,
         prefix: str,
+        spin: float = 0.0,
     ) -> None:
         self._runtime_loop = runtime_loop
         self._new_connection = new_connection
         self._prefix = prefix
+        self._spin = spin
         self._ids = itertools.count(1)
         self._routes: dict[asyncio.AbstractEventLoop, ReplyRoute] = {}
         self._threads: dict[int, ThreadRoute] = {}  # by thread identifier
@@ -451,6 +464,7 @@ class ReplyRoutes:
                     self._new_connection,
                     self._hand_over,
                     self._drop_adopted,
+                    self._spin,
                 )
                 # A thread whose routes were handed over before waits longer for the next
                 # (each costs a connection per process): 8, 16, ... up to 8192 calls.

@@ -133,7 +133,9 @@ class CoreRuntime(Hosting):
         self._absent_answers: dict[tuple[str, int], bytes] = {}
         self._reply_conns: dict[str, Connection] = {}
         # Calls made on other event loops get their replies read there (no thread hop).
-        self.routes = ReplyRoutes(loop, self._new_route_connection, key)
+        self.routes = ReplyRoutes(
+            loop, self._new_route_connection, key, spin=self.config.reply_spin
+        )
         self._parent: Connection | None = None
         self.failure_handler: Callable[[str, int, str, memoryview], None] | None = None
         # The job's secret: TCP peers prove it (workers started here inherit it).
