@@ -68,9 +68,11 @@ class Config:
             owner (milliseconds each) instead of starting each as a fresh interpreter;
             used where the compiled fork is built (see ``_hosts._forkserver``).
         reply_spin: seconds a thread waiting in ``.get()`` for a reply keeps polling its
-            socket before it sleeps (0: sleep at once). A short poll catches the replies
-            of quick calls without the wake-up a sleeping thread costs (tens of µs on a
-            VM); a longer call pays at most this much CPU before the thread sleeps.
+            socket before it sleeps, and an ``await`` on an asyncio loop with nothing
+            else ready polls the loop's reply route before yielding (0: sleep at once).
+            A short poll catches the replies of quick calls without the wake-up a
+            sleeping thread costs (tens of µs on a VM); a longer call pays at most this
+            much CPU before the thread sleeps.
         secret: the job's secret; every TCP connection proves it before a frame is read.
             ``None``: a controller makes one up when it first listens on TCP and hands it
             to the workers it starts; workers started by someone else need it given.

@@ -67,6 +67,30 @@ def test_calls_on_an_event_loop_are_answered_on_that_loop(
     assert readers == {threading.get_ident()}
 
 
+def test_an_await_reads_a_quick_reply_itself_only_when_nothing_else_is_ready(
+    echo: ActorMesh[Echo],
+) -> None:
+    # Config.reply_spin: before yielding, an await polls the loop's route, but only while
+    # no other callback waits to run on the loop (it would be held up meanwhile).
+    async def main() -> tuple[bool, bool, object]:
+        await warm_up(echo[0, 0])
+        loop = asyncio.get_running_loop()
+        route = Runtime.get().routes._routes[loop]
+        route._spin = 30.0  # long enough for any reply; polling stops once it is read
+        busy = echo[0, 0].async_echo.call_one("busy")
+        loop.call_soon(lambda: None)  # another callback is ready: no polling
+        route.poll_briefly(busy.done)
+        read_while_busy = busy.done()  # only a poll on this thread could have read it
+        await busy
+        idle = echo[0, 0].async_echo.call_one("idle")
+        route.poll_briefly(idle.done)
+        return read_while_busy, idle.done(), idle.get(timeout=0)
+
+    read_while_busy, read_while_idle, value = asyncio.run(main())
+    assert (read_while_busy, read_while_idle) == (False, True)
+    assert value == ("async", "idle", "echo")
+
+
 def test_get_on_the_loop_thread_reads_the_reply_itself(echo: ActorMesh[Echo]) -> None:
     # Sync style inside a coroutine (a notebook cell calling .get()): the loop is blocked
     # in get(), so get() must read the loop's replies itself instead of hanging.

@@ -244,11 +244,14 @@ class Future(Generic[R]):
 
     def __await__(self) -> Generator[Any, None, R]:
         if self._state == _PENDING:
-            loop = asyncio.get_running_loop()
-            waiter = loop.create_future()
             route = self._route
             if route is not None:
                 route.check_orphaned()
+                route.poll_briefly(self.done)  # a quick reply is read before yielding
+                if self._state != _PENDING:
+                    return self._value_now()
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
             if self._loop_thread is not None and self._loop_thread():
                 self.add_done_callback(lambda f: _wake(waiter, f))
             else:

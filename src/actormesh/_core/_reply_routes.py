@@ -68,9 +68,12 @@ class ReplyRoute:
         new_connection: ConnectionFactory,
         request_adoption: Callable[[], None],
         on_idle_adopted: Callable[[ReplyRoute], None],
+        spin: float = 0.0,
     ) -> None:
         self.loop = loop
         self.token = token
+        self._spin = spin  # seconds to poll for a reply before sleeping (Config.reply_spin)
+        self._polled: tuple[tuple[int, ...], select.poll, dict[int, Connection]] | None = None
         self.thread_id = threading.get_ident()
         self.adopted = False
         self._new_connection = new_connection
@@ -181,6 +184,49 @@ class ReplyRoute:
                     conn.read_ready()
         return True
 
+    def poll_briefly(self, done: Callable[[], bool]) -> None:
+        """Before an ``await`` on the route's loop yields: read this route's replies for
+        up to ``reply_spin`` seconds, while ``done()`` is false, if the loop has nothing
+        else to run.
+
+        A quick call's reply then finds the loop awake, which spares the worker the cost
+        of waking it and the caller the latency of waking up. Only on loops whose ready
+        queue can be seen (asyncio's own); never while other callbacks are ready, so no
+        other task waits for it.
+        """
+        if not self._spin or self.adopted or threading.get_ident() != self.thread_id:
+            return
+        ready = getattr(self.loop, "_ready", None)
+        if ready is None or len(ready):
+            return
+        poller, by_fd = self._poller()
+        if not by_fd:
+            return
+        until = time.perf_counter() + self._spin
+        while not done() and time.perf_counter() < until:
+            for fd, _ in poller.poll(0):
+                conn = by_fd.get(fd)
+                if conn is None:
+                    self._drain_wake()
+                elif not conn.closed:
+                    conn.read_ready()
+
+    def _poller(self) -> tuple[select.poll, dict[int, Connection]]:
+        # What a poll waits on: kept while the route's connections stay the same.
+        conns = self._conns
+        key = tuple(id(conn) for conn in conns.values())
+        if self._polled is None or self._polled[0] != key:
+            poller = select.poll()
+            by_fd = {}
+            for conn in conns.values():
+                if not conn.closed:
+                    by_fd[conn.fileno()] = conn
+                    poller.register(conn.fileno(), select.POLLIN)
+            for fd in self._wake_fds():
+                poller.register(fd, select.POLLIN)
+            self._polled = (key, poller, by_fd)
+        return self._polled[1], self._polled[2]
+
     def _wake_fds(self) -> list[int]:
         """Descriptors beside the connections that end a pump's wait (none for loops)."""
         return []
@@ -250,14 +296,12 @@ class ThreadRoute(ReplyRoute):
         on_idle_adopted: Callable[[ReplyRoute], None],
         spin: float = 0.0,
     ) -> None:
-        super().__init__(runtime_loop, token, new_connection, lambda: None, on_idle_adopted)
+        super().__init__(runtime_loop, token, new_connection, lambda: None, on_idle_adopted, spin)
         self.thread = threading.current_thread()
-        self._spin = spin  # seconds to poll before sleeping (Config.reply_spin)
         self._hand_over = hand_over
         self.pumping = False
         self.progress = 0  # pumps and calls so far: the runtime's sign of life
         self.seen = 0  # ``progress`` at the runtime's last look
-        self._polled: tuple[tuple[int, ...], select.poll, dict[int, Connection]] | None = None
         # Written by a thread that settles one of our calls while we pump (a death, an
         # answer that came the runtime's way): the pump sees it at once, not in 50 ms.
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -336,22 +380,6 @@ class ThreadRoute(ReplyRoute):
             if handing:  # claimed while we pumped: the runtime reads from now on
                 self._hand_over(self)
         return finished and not handing
-
-    def _poller(self) -> tuple[select.poll, dict[int, Connection]]:
-        # What pump waits on: kept while the route's connections stay the same.
-        conns = self._conns
-        key = tuple(id(conn) for conn in conns.values())
-        if self._polled is None or self._polled[0] != key:
-            poller = select.poll()
-            by_fd = {}
-            for conn in conns.values():
-                if not conn.closed:
-                    by_fd[conn.fileno()] = conn
-                    poller.register(conn.fileno(), select.POLLIN)
-            if self._wake_read >= 0:
-                poller.register(self._wake_read, select.POLLIN)
-            self._polled = (key, poller, by_fd)
-        return self._polled[1], self._polled[2]
 
     def end(self) -> None:
         super().end()
@@ -445,6 +473,7 @@ class ReplyRoutes:
                         self._new_connection,
                         self.request_adoption,
                         self._drop_adopted,
+                        self._spin,
                     )
                     self._routes[loop] = route
                     closed = self._take_closed_idle()
