@@ -23,7 +23,9 @@ descriptor and mapping are gone, so a process that dies mid-transfer leaks nothi
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import ctypes
 import mmap
 import os
 import threading
@@ -31,7 +33,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SegmentPool", "SegmentShare", "map_segment", "pool"]
+__all__ = ["MappingCache", "SegmentPool", "SegmentShare", "map_segment", "mappings", "pool"]
 
 _PROT = mmap.PROT_READ | mmap.PROT_WRITE
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -212,21 +214,134 @@ class SegmentShare:
         return fd, inode
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+class _Mapping:
+    """This process' mapping of a received segment, kept for the segment's next visit.
+
+    Mapped with libc rather than ``mmap.mmap``, which would hold a descriptor per cached
+    mapping; nothing here keeps the segment's descriptor (it goes back to its sender).
+    """
+
+    __slots__ = ("address", "busy", "capacity")
+
+    def __init__(self, fd: int, capacity: int) -> None:
+        flags = mmap.MAP_SHARED | _POPULATE
+        address = _libc.mmap(None, capacity, _PROT, flags, fd, 0)
+        if address is None or address == _MAP_FAILED:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"mapping a received segment failed: {os.strerror(errno)}")
+        self.address: int = address
+        self.capacity = capacity
+        self.busy = True  # a delivery's buffer is over it
+
+    def unmap(self) -> None:
+        _libc.munmap(self.address, self.capacity)
+
+
+class MappingCache:
+    """Mappings of received segments, by inode, so a segment that comes back is not
+    mapped again.
+
+    Mapping a segment (and its page tables) costs about as much as copying it on some
+    machines (100 µs a MiB on this VM), and a sender's pool sends the same few segments
+    again and again. Each delivery gets its own buffer object over the cached mapping;
+    when that buffer dies the segment goes back to its sender and the mapping waits for
+    its return. Free mappings beyond ``max_bytes`` are unmapped, least recently used
+    first (a cached mapping keeps its segment's memory alive).
+    """
+
+    def __init__(self, max_bytes: int = 256 << 20) -> None:
+        self._lock = threading.Lock()
+        self._by_inode: collections.OrderedDict[int, _Mapping] = collections.OrderedDict()
+        self.max_bytes = max_bytes
+
+    def view(self, fd: int, size: int, release: Callable[[int], None]) -> memoryview:
+        """A buffer of ``size`` bytes over segment ``fd``; ``release(fd)`` once unused."""
+        stat = os.fstat(fd)
+        with self._lock:
+            entry = self._by_inode.get(stat.st_ino)
+            if entry is not None and not entry.busy and entry.capacity >= size:
+                entry.busy = True
+                self._by_inode.move_to_end(stat.st_ino)
+            else:
+                entry = None
+        if entry is None:
+            entry = _Mapping(fd, stat.st_size)
+            with self._lock:
+                old = self._by_inode.pop(stat.st_ino, None)
+                self._by_inode[stat.st_ino] = entry
+            if old is not None and not old.busy:
+                old.unmap()
+        # The buffer a delivery holds: its death (no tensor or view over it any more)
+        # frees the mapping for the next visit and returns the segment.
+        buffer = (ctypes.c_ubyte * size).from_address(entry.address)
+        weakref.finalize(buffer, self._done, stat.st_ino, entry, release, fd)
+        return memoryview(buffer).cast("B")
+
+    def _done(self, inode: int, entry: _Mapping, release: Callable[[int], None], fd: int) -> None:
+        # Free first: the sender reuses the segment only after ``release`` returned it.
+        try:
+            self._free(inode, entry)
+        finally:
+            release(fd)
+
+    def _free(self, inode: int, entry: _Mapping) -> None:
+        unmap = []
+        with self._lock:
+            entry.busy = False
+            if self._by_inode.get(inode) is not entry:
+                unmap.append(entry)  # replaced meanwhile: nobody will use it again
+            total = sum(e.capacity for e in self._by_inode.values())
+            for key, cached in list(self._by_inode.items()):
+                if total <= self.max_bytes:
+                    break
+                if not cached.busy:
+                    del self._by_inode[key]
+                    total -= cached.capacity
+                    unmap.append(cached)
+        for stale in unmap:
+            stale.unmap()
+
+    def mapped_bytes(self) -> int:
+        """Capacity of the mappings kept."""
+        with self._lock:
+            return sum(entry.capacity for entry in self._by_inode.values())
+
+
+mappings = MappingCache()
+
+
 def map_segment(
     fd: int, size: int, release: Callable[[int], None], *, private: bool = False
 ) -> memoryview:
     """Map a received segment; ``release(fd)`` runs once the mapping is no longer used.
 
     ``private``: other processes map the same segment, so map it copy-on-write (writes
-    stay in this process).
+    stay in this process; such mappings are not cached: each is this delivery's own).
     """
+    if not private:
+        try:
+            return mappings.view(fd, size, release)
+        except BaseException:
+            os.close(fd)
+            raise
     try:
-        if private:
-            mapping = mmap.mmap(fd, size, mmap.MAP_PRIVATE, _PROT)
-            with contextlib.suppress(OSError):  # an older kernel faults pages in lazily
-                mapping.madvise(_POPULATE_READ, 0, size)
-        else:
-            mapping = mmap.mmap(fd, size, mmap.MAP_SHARED | _POPULATE, _PROT)
+        mapping = mmap.mmap(fd, size, mmap.MAP_PRIVATE, _PROT)
+        with contextlib.suppress(OSError):  # an older kernel faults pages in lazily
+            mapping.madvise(_POPULATE_READ, 0, size)
     except BaseException:
         os.close(fd)
         raise

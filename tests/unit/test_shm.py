@@ -1,0 +1,94 @@
+"""Shared-memory segments: the sender's pool, shares lent to several receivers, and the
+receiver's cache of mappings (real memory files, in this process)."""
+
+from __future__ import annotations
+
+import gc
+import mmap
+import os
+
+import pytest
+
+from actormesh._transport._shm import MappingCache, SegmentPool, SegmentShare, map_segment
+from actormesh._transport._shm import pool as default_pool
+
+MIB = 1 << 20
+
+
+def _returned(fd: int) -> None:
+    os.close(fd)
+
+
+def test_a_cached_mapping_is_reused_and_shows_what_the_sender_wrote_since() -> None:
+    pool = SegmentPool()
+    fd, inode = pool.fill(b"a" * MIB, MIB)
+    cache = MappingCache()
+    returned: list[int] = []
+    first = cache.view(fd, MIB, returned.append)
+    assert bytes(first[:3]) == b"aaa"
+    address = cache._by_inode[inode].address
+    del first
+    gc.collect()
+    assert returned == [fd] and cache._by_inode[inode].busy is False
+    pool.give(fd)  # back at the sender, which refills the same segment
+    fd, again = pool.fill(b"b" * MIB, MIB)
+    assert again == inode
+    second = cache.view(fd, MIB // 2, returned.append)
+    assert cache._by_inode[inode].address == address  # not mapped again
+    assert bytes(second[:3]) == b"bbb" and len(second) == MIB // 2
+    del second
+    gc.collect()
+    assert cache.mapped_bytes() >= MIB
+    os.close(fd)
+
+
+def test_free_mappings_beyond_the_budget_are_unmapped_oldest_first() -> None:
+    cache = MappingCache(max_bytes=3 * MIB)
+    pool = SegmentPool()
+    sent = [pool.fill(bytes([i]) * MIB, MIB) for i in range(3)]  # 2 MiB granules each
+    views = [cache.view(fd, MIB, _returned) for fd, _ in sent]
+    assert cache.mapped_bytes() == 6 * MIB  # busy ones are never unmapped
+    while views:  # freed oldest first: each free unmaps what the budget cannot keep
+        del views[0]
+        gc.collect()
+    assert cache.mapped_bytes() <= 3 * MIB
+    assert list(cache._by_inode) == [sent[2][1]]  # the last one freed stays
+
+
+def test_a_shared_segment_returns_to_the_pool_once_every_holder_gave_it_back() -> None:
+    share = SegmentShare()  # fills the process' own pool
+    (fd1, inode), (fd2, inode2) = (share.segment(1, b"x" * MIB, MIB) for _ in range(2))
+    assert inode == inode2
+
+    assert default_pool._lent[inode].holders == 2
+    default_pool.give(fd1)
+    assert inode in default_pool._lent  # the other receiver still maps it
+    default_pool.give(fd2)
+    assert inode not in default_pool._lent
+    assert any(segment.inode == inode for segment in default_pool._idle)
+
+
+def test_a_share_whose_holder_was_forgotten_is_never_refilled() -> None:
+    share = SegmentShare()
+    (fd1, inode), (fd2, _) = (share.segment(1, b"y" * MIB, MIB) for _ in range(2))
+    default_pool.forget({inode})  # one receiver's connection closed: it may still map it
+    default_pool.give(fd1)
+    assert inode not in default_pool._lent
+    assert all(segment.inode != inode for segment in default_pool._idle)
+    os.close(fd2)
+
+
+def test_a_private_mapping_keeps_writes_to_itself() -> None:
+    pool = SegmentPool()
+    fd, _ = pool.fill(b"z" * MIB, MIB)
+    mine = map_segment(os.dup(fd), MIB, os.close, private=True)
+    theirs = mmap.mmap(fd, MIB, mmap.MAP_SHARED)
+    mine[0] = ord("!")
+    assert theirs[0] == ord("z") and mine[0] == ord("!")
+    theirs.close()
+    os.close(fd)
+
+
+def test_a_cache_view_of_a_bad_descriptor_raises() -> None:
+    with pytest.raises(OSError):
+        MappingCache().view(-1, MIB, _returned)
