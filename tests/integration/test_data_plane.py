@@ -167,3 +167,18 @@ def test_tensors_of_any_strides_arrive_as_equal_tensors(plane: Any, tensor: Any)
     back = mesh.slice(gpus=0).echo.call_one(tensor).get(timeout=30)
     assert back.shape == tensor.shape and back.dtype == tensor.dtype
     assert torch.equal(back, tensor)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.bool, torch.uint8, torch.int64, torch.float16, torch.bfloat16, torch.complex64],
+)
+@pytest.mark.parametrize("shape", [(5,), (2, 3), (1, 1, 4)])
+def test_tensors_of_every_dtype_and_shape_arrive_equal(
+    plane: Any, dtype: torch.dtype, shape: tuple[int, ...]
+) -> None:
+    _, mesh = plane
+    tensor = (torch.arange(int(np.prod(shape))) % 3).reshape(shape).to(dtype)
+    back = mesh.slice(gpus=0).echo.call_one(tensor).get(timeout=30)
+    assert back.dtype == dtype and back.shape == tensor.shape
+    assert torch.equal(back, tensor)
