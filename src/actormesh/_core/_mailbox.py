@@ -266,12 +266,8 @@ class Mailbox:
         host = self._host
         assert host is not None
         try:
-            while not isinstance(taken := self._next(host, on_thread=False), bool):
-                message, kind = taken
-                args = self._arguments(host, message)
-                if args is None:
-                    continue
-                self.current, self.since = message, time.monotonic()
+            while not isinstance(taken := self._start_next(host, on_thread=False), bool):
+                message, kind, args = taken
                 ok: bool | None
                 if kind is EndpointKind.ASYNC:
                     ok = await self._run_async(host, message, *args)
@@ -283,9 +279,7 @@ class Mailbox:
                         ),
                     )
                     ok = None  # counted when its task ends
-                self.current = None
-                if ok is not None and self.stats is not None:
-                    self.stats.record(message.endpoint, time.monotonic() - self.since, ok)
+                self._ran(message, ok)
         except BaseException:
             with self._lock:
                 self._running = False
@@ -300,19 +294,31 @@ class Mailbox:
         empty or an ``async`` one heads it (the loop's task takes over)."""
         host = self._host
         assert host is not None
-        while not isinstance(taken := self._next(host, on_thread=True), bool):
-            message, _ = taken
-            args = self._arguments(host, message)
-            if args is None:
-                continue
-            self.current, self.since = message, time.monotonic()
-            ok = self._run_sync(host, message, *args)
-            self.current = None
-            if self.stats is not None:
-                self.stats.record(message.endpoint, time.monotonic() - self.since, ok)
+        while not isinstance(taken := self._start_next(host, on_thread=True), bool):
+            message, _, args = taken
+            self._ran(message, self._run_sync(host, message, *args))
         if taken:  # an ``async`` endpoint heads the queue: the loop's task goes on
             with contextlib.suppress(RuntimeError):  # a closed loop: the process is ending
                 self._loop.call_soon_threadsafe(self._start_drain_task)
+
+    def _start_next(
+        self, host: Hosted, on_thread: bool
+    ) -> tuple[Message, EndpointKind | None, tuple[tuple[Any, ...], dict[str, Any]]] | bool:
+        """``_next``, skipping messages whose arguments fail (their callers are told);
+        the one returned is the running one from now on."""
+        while not isinstance(taken := self._next(host, on_thread), bool):
+            message, kind = taken
+            args = self._arguments(host, message)
+            if args is not None:
+                self.current, self.since = message, time.monotonic()
+                return message, kind, args
+        return taken
+
+    def _ran(self, message: Message, ok: bool | None) -> None:
+        """``message`` (the one-at-a-time one) is over; ``ok`` None: counted elsewhere."""
+        self.current = None
+        if ok is not None and self.stats is not None:
+            self.stats.record(message.endpoint, time.monotonic() - self.since, ok)
 
     @staticmethod
     def _arguments(host: Hosted, message: Message) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
