@@ -337,7 +337,11 @@ class _Request:
     def new_future(self) -> Future[Any]:
         runtime = self.runtime
         future: Future[Any] = Future(
-            runtime.in_loop_thread, self.timeout_error, self.abandon, self.route
+            runtime.in_loop_thread,
+            self.timeout_error,
+            self.abandon,
+            self.route,
+            spin=len(self.ranks) == 1,
         )
         deadline = runtime.config.default_timeout
         if deadline is not None:

@@ -36,6 +36,7 @@ class Future(Generic[R]):
         "_on_cancel",
         "_on_timeout",
         "_route",
+        "_spin",
         "_state",
         "_value",
     )
@@ -46,6 +47,7 @@ class Future(Generic[R]):
         on_timeout: Callable[[float | None], BaseException] | None = None,
         on_cancel: Callable[[], None] | None = None,
         route: ReplyRoute | None = None,
+        spin: bool = False,
     ) -> None:
         self._state = _PENDING
         self._value: Any = None
@@ -57,6 +59,9 @@ class Future(Generic[R]):
         # The event loop that reads this call's replies, when it was made on one (see
         # actormesh._core._reply_routes): a blocking wait on that loop's thread reads it.
         self._route = route
+        # Whether a wait polls the route briefly before sleeping (Config.reply_spin): for
+        # a call that waits on one process only.
+        self._spin = spin
 
     # -- resolution (runtime side) ------------------------------------------------------
 
@@ -179,7 +184,7 @@ class Future(Generic[R]):
                 route.check_orphaned()
                 if route.must_pump():
                     started = time.monotonic()
-                    if route.pump(self.done, timeout) or self._state != _PENDING:
+                    if route.pump(self.done, timeout, self._spin) or self._state != _PENDING:
                         if self._state == _PENDING:
                             raise self._timed_out(timeout)
                         return self._value_now()
@@ -247,9 +252,10 @@ class Future(Generic[R]):
             route = self._route
             if route is not None:
                 route.check_orphaned()
-                route.poll_briefly(self.done)  # a quick reply is read before yielding
-                if self._state != _PENDING:
-                    return self._value_now()
+                if self._spin:
+                    route.poll_briefly(self.done)  # a quick reply is read before yielding
+                    if self._state != _PENDING:
+                        return self._value_now()
             loop = asyncio.get_running_loop()
             waiter = loop.create_future()
             if self._loop_thread is not None and self._loop_thread():

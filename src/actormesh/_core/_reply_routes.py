@@ -154,7 +154,7 @@ class ReplyRoute:
         if not self.adopted and self.loop.is_closed():
             self._request_adoption()
 
-    def pump(self, done: Callable[[], bool], timeout: float | None) -> bool:
+    def pump(self, done: Callable[[], bool], timeout: float | None, spin: bool = True) -> bool:
         """Read this route's connections on this thread until ``done()`` or ``timeout``.
 
         For a ``Future.get()`` on the route's own loop thread (a Jupyter cell in sync
@@ -192,7 +192,9 @@ class ReplyRoute:
         A quick call's reply then finds the loop awake, which spares the worker the cost
         of waking it and the caller the latency of waking up. Only on loops whose ready
         queue can be seen (asyncio's own); never while other callbacks are ready, so no
-        other task waits for it.
+        other task waits for it. Callers poll only for a call to one actor: the replies
+        of several processes need the processors a poll would hold (4 workers on 2 cores
+        answer later, not sooner, while the caller polls).
         """
         if not self._spin or self.adopted or threading.get_ident() != self.thread_id:
             return
@@ -339,8 +341,9 @@ class ThreadRoute(ReplyRoute):
         with contextlib.suppress(BlockingIOError, OSError):
             os.write(self._wake_write, b"!")
 
-    def pump(self, done: Callable[[], bool], timeout: float | None) -> bool:
+    def pump(self, done: Callable[[], bool], timeout: float | None, spin: bool = True) -> bool:
         # The loop routes' pump, made lean: this one runs once per call of sync code.
+        # ``spin``: poll for up to ``reply_spin`` before sleeping (see ``poll_briefly``).
         with self._lock:
             if self.adopted:
                 return False
@@ -357,7 +360,7 @@ class ThreadRoute(ReplyRoute):
                         break
                 poller, by_fd = self._poller()
                 ready = poller.poll(0)
-                if not ready and self._spin:
+                if not ready and spin and self._spin:
                     # Poll a little before sleeping: a quick call's reply then finds this
                     # thread awake, which spares both sides the cost of a wake-up.
                     until = time.perf_counter() + min(self._spin, wait)
