@@ -206,12 +206,16 @@ class ReplyRoute:
             return
         until = time.perf_counter() + self._spin
         while not done() and time.perf_counter() < until:
-            for fd, _ in poller.poll(0):
-                conn = by_fd.get(fd)
-                if conn is None:
-                    self._drain_wake()
-                elif not conn.closed:
-                    conn.read_ready()
+            self._read(poller.poll(0), by_fd)
+
+    def _read(self, ready: list[tuple[int, int]], by_fd: dict[int, Connection]) -> None:
+        """Read the connections ``poll`` found ready (or consume a wake-up)."""
+        for fd, _ in ready:
+            conn = by_fd.get(fd)
+            if conn is None:
+                self._drain_wake()
+            elif not conn.closed:
+                conn.read_ready()
 
     def _poller(self) -> tuple[select.poll, dict[int, Connection]]:
         # What a poll waits on: kept while the route's connections stay the same.
@@ -359,21 +363,14 @@ class ThreadRoute(ReplyRoute):
                     if wait <= 0:
                         break
                 poller, by_fd = self._poller()
-                ready = poller.poll(0)
-                if not ready and spin and self._spin:
+                ready: list[tuple[int, int]] = []
+                if spin and self._spin:
                     # Poll a little before sleeping: a quick call's reply then finds this
                     # thread awake, which spares both sides the cost of a wake-up.
                     until = time.perf_counter() + min(self._spin, wait)
                     while not ready and time.perf_counter() < until:
                         ready = poller.poll(0)
-                if not ready:
-                    ready = poller.poll(wait * 1000)
-                for fd, _ in ready:
-                    conn = by_fd.get(fd)
-                    if conn is None:
-                        self._drain_wake()
-                    elif not conn.closed:
-                        conn.read_ready()
+                self._read(ready or poller.poll(wait * 1000), by_fd)
             else:
                 finished = not self.adopted or done()
         finally:
