@@ -73,7 +73,8 @@ class ReplyRoute:
         self.loop = loop
         self.token = token
         self._spin = spin  # seconds to poll for a reply before sleeping (Config.reply_spin)
-        self._polled: tuple[tuple[int, ...], select.poll, dict[int, Connection]] | None = None
+        self._polled: tuple[tuple[Connection, ...], select.poll, dict[int, Connection]] | None
+        self._polled = None
         self.thread_id = threading.get_ident()
         self.adopted = False
         self._new_connection = new_connection
@@ -127,8 +128,17 @@ class ReplyRoute:
             self._refused.add(path)
             return None
         conn = self._new_connection(sock, self.loop, path)
+        with self._lock:
+            # The runtime may have adopted the route while the process confirmed it (a
+            # thread's route whose thread sat here over a second, the process' loop busy
+            # importing, say): it moved the connections it had, not this one, which
+            # nobody would read. Replies go the usual way; the process forgets the token
+            # when it sees the connection close.
+            if self.adopted:
+                conn.close()
+                return None
+            self._conns[path] = conn
         self._start(conn)
-        self._conns[path] = conn
         return self.token
 
     def _start(self, conn: Connection) -> None:
@@ -172,7 +182,7 @@ class ReplyRoute:
                 wait = min(wait, deadline - time.monotonic())
                 if wait <= 0:
                     return True
-            conns: list[Any] = [conn for conn in self._conns.values() if not conn.closed]
+            conns: list[Any] = [conn for conn in list(self._conns.values()) if not conn.closed]
             try:
                 readable, _, _ = select.select([*conns, *self._wake_fds()], [], [], wait)
             except (InterruptedError, ValueError, OSError):
@@ -218,16 +228,19 @@ class ReplyRoute:
                 conn.read_ready()
 
     def _poller(self) -> tuple[select.poll, dict[int, Connection]]:
-        # What a poll waits on: kept while the route's connections stay the same.
-        conns = self._conns
-        key = tuple(id(conn) for conn in conns.values())
-        if self._polled is None or self._polled[0] != key:
+        # What a poll waits on: kept while the route's open connections stay the same.
+        # The key holds the connections themselves, not their id(): once a closed one is
+        # freed, a new one (to a new process) can be given its id, and the poll would
+        # go on watching the old descriptor, never the new one.
+        # (``list`` copies the values in one step: the runtime's thread may forget a
+        # connection meanwhile.)
+        key = tuple(conn for conn in list(self._conns.values()) if not conn.closed)
+        if self._polled is None or not _same(self._polled[0], key):
             poller = select.poll()
             by_fd = {}
-            for conn in conns.values():
-                if not conn.closed:
-                    by_fd[conn.fileno()] = conn
-                    poller.register(conn.fileno(), select.POLLIN)
+            for conn in key:
+                by_fd[conn.fileno()] = conn
+                poller.register(conn.fileno(), select.POLLIN)
             for fd in self._wake_fds():
                 poller.register(fd, select.POLLIN)
             self._polled = (key, poller, by_fd)
@@ -400,6 +413,11 @@ class ThreadRoute(ReplyRoute):
         for fd in fds:
             if fd >= 0:
                 os.close(fd)
+
+
+def _same(known: tuple[Connection, ...], now: tuple[Connection, ...]) -> bool:
+    """True when ``now`` holds exactly the connection objects of ``known``, in order."""
+    return len(known) == len(now) and all(a is b for a, b in zip(known, now, strict=True))
 
 
 def _open(path: str, token: str) -> socket.socket:
