@@ -204,10 +204,21 @@ _WHERE: dict[str, str] = {
 }
 
 
+# The names of a program that spawns local actors: reaching for the first of them starts
+# the fork server's template, whose imports then overlap ours (see ``_template_start``).
+_SPAWNING = frozenset(
+    {"Actor", "ProcMesh", "actor_mesh", "endpoint", "proc_mesh", "this_host", "this_proc"}
+)
+
+
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'actormesh' has no attribute {name!r}")
+    if name in _SPAWNING:
+        from ._template_start import start_early
+
+        start_early()
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value

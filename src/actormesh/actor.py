@@ -15,6 +15,11 @@ with Monarch's semantics, where actormesh differs it says so in docs/from-monarc
 
 from __future__ import annotations
 
+from ._template_start import start_early
+
+# A Monarch program spawns local processes: their template starts while we import.
+start_early()
+
 from ._api._actor import Actor as Actor
 from ._api._actor_mesh import ActorMesh as ActorMesh
 from ._api._context import Context as Context

@@ -151,3 +151,69 @@ sys.stdin.read()
 def test_nothing_forked_outlives_a_killed_controller() -> None:
     # The template and two workers it forked.
     kill_controller_and_wait(_CONTROLLER, 3, 5, "the template and the workers to exit")
+
+
+_EARLY_PROGRAM = """
+import json, os, sys
+from actormesh import Actor, endpoint, proc_mesh  # reaching for these starts the template
+from actormesh import _template_start
+
+early = _template_start._early
+started = early.process.pid if early is not None else None
+if sys.argv[1] == "spawn":
+    from actormesh._hosts import Runtime
+
+    class Pid(Actor):
+        @endpoint
+        def pid(self) -> int:
+            from actormesh import _template_start as inside  # a worker starts none
+            assert inside._early is None
+            return os.getpid()
+
+    procs = proc_mesh(gpus=2).get(timeout=60)
+    pids = sorted(procs.spawn("p", Pid).pid.call().get(timeout=60).values())
+    forks = Runtime.get()._forks
+    print(json.dumps({"started": started, "template": forks.pid,
+                      "adopted": forks.adopted_early, "workers": pids}))
+    procs.stop().get(timeout=30)
+else:
+    print(json.dumps({"started": started}))
+"""
+
+
+def _run_early(mode: str, **env: str) -> dict[str, object]:
+    import json
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, "-c", _EARLY_PROGRAM, mode],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_the_template_starts_with_the_programs_imports_and_its_first_spawn_adopts_it() -> None:
+    facts = _run_early("spawn")
+    assert isinstance(facts["started"], int)
+    assert facts["template"] == facts["started"] and facts["adopted"] is True
+    # The program has exited: its template and workers went with it.
+    for pid in [facts["started"], *facts["workers"]]:  # type: ignore[list-item]
+        wait_until(lambda pid=pid: process_gone(pid), 10, f"process {pid} to end")
+
+
+def test_a_template_nobody_used_ends_with_the_program() -> None:
+    facts = _run_early("import only")
+    pid = facts["started"]
+    assert isinstance(pid, int)
+    wait_until(lambda: process_gone(pid), 10, f"the unused template {pid} to end")
+
+
+@pytest.mark.parametrize(
+    "env", [{"ACTORMESH_FORK_SERVER": "0"}, {"ACTORMESH_NO_EXTENSIONS": "1"}], ids=str
+)
+def test_no_template_starts_early_when_forking_is_off(env: dict[str, str]) -> None:
+    assert _run_early("import only", **env)["started"] is None

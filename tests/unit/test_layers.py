@@ -26,6 +26,7 @@ LAYERS: dict[str, float] = {
     "_transport": 1,
     "_core": 2,
     "_hosts": 3,
+    "_template_start": 3,  # the fork server's launch, importable without the runtime
     "_api": 4,
     "_observe": 4,  # the controller's side of top/stacks/debug: meshes and the runtime
     "_bootstrap": 4,  # the worker process' entry point: a runtime and the actor layer

@@ -29,25 +29,18 @@ import os
 import pickle
 import signal
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Mapping
 from typing import IO, Any
 
 from .._config import extensions_disabled
+from .._template_start import TemplateProcess, take_early, template_key
 
 __all__ = ["ForkServer", "ForkServerError", "ForkedPopen", "available", "template_key"]
 
 log = logging.getLogger("actormesh.hosts")
 
 _MAX_MESSAGE = 1 << 20
-# Room the template keeps for a worker's environment, beyond twice the owner's own.
-_ENV_ROOM = 64 * 1024
-_PAD = 64 * 1024
-# The variables that shape how an interpreter starts (and so what the template is).
-_STARTUP_PREFIXES = ("PYTHON", "LD_", "LC_")
-_STARTUP_NAMES = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "ACTORMESH_NO_EXTENSIONS")
 
 
 class ForkServerError(RuntimeError):
@@ -63,17 +56,6 @@ def available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def template_key(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The part of an environment a template is made of (see the module docstring)."""
-    return tuple(
-        sorted(
-            (name, value)
-            for name, value in environ.items()
-            if name.startswith(_STARTUP_PREFIXES) or name in _STARTUP_NAMES
-        )
-    )
 
 
 class ForkedPopen:
@@ -126,45 +108,28 @@ class ForkServer:
     Start it on the thread that runs the owner's event loop and lives as long as the
     owner: the workers' parent-death signal follows the thread that started the template.
     ``ready()`` waits for its imports; ``spawn`` then forks one worker per call (any
-    thread, one at a time); ``close`` ends it.
+    thread, one at a time); ``close`` ends it. A template started early in this process
+    for the same environment (``_template_start.start_early``) is adopted, not started
+    again.
     """
 
     def __init__(self, environ: Mapping[str, str]) -> None:
-        self.key = template_key(environ)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._sock = ours
+        key = template_key(environ)
+        early = take_early(key)
+        template = early or TemplateProcess(environ)
+        self.key = key
+        self.adopted_early = early is not None  # (for tests and diagnostics)
+        self._template = template
+        self._sock = template.sock
         self._lock = threading.Lock()
         self.room = 0
         self.broken: str | None = None
         self._ready: asyncio.Future[bool] | None = None
-        # Room for a worker's environment in the memory /proc/<pid>/environ reads: padding
-        # variables (each under the kernel's limit for one string, 128 KiB).
-        size = sum(len(k) + len(v) + 2 for k, v in environ.items())
-        room = 2 * size + _ENV_ROOM
-        env = {**dict(self.key), "ACTORMESH_PARENT_PID": str(os.getpid())}
-        for index in range(0, room, _PAD):
-            env[f"ACTORMESH_FORK_SERVER_ROOM{index // _PAD}"] = "x" * min(_PAD, room - index)
-        try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "actormesh._hosts._template", str(theirs.fileno())],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                start_new_session=True,
-                close_fds=True,
-                pass_fds=(theirs.fileno(),),
-            )
-        finally:
-            theirs.close()
-        # Its exit status is collected here, so it never lingers as a zombie.
-        reaper = threading.Thread(target=self._process.wait, name="actormesh-fork-reaper")
-        reaper.daemon = True
-        reaper.start()
 
     @property
     def pid(self) -> int:
         """The template's process id."""
-        return self._process.pid
+        return self._template.process.pid
 
     def fileno(self) -> int:
         """The owner's end of the socket to the template (-1 once closed)."""
