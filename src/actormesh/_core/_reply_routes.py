@@ -224,27 +224,32 @@ class ReplyRoute:
             conn = by_fd.get(fd)
             if conn is None:
                 self._drain_wake()
-            elif not conn.closed:
+            elif conn.closed:
+                self._polled = None  # closed since the poll was built: build it without
+            else:
                 conn.read_ready()
 
     def _poller(self) -> tuple[select.poll, dict[int, Connection]]:
-        # What a poll waits on: kept while the route's open connections stay the same.
-        # The key holds the connections themselves, not their id(): once a closed one is
-        # freed, a new one (to a new process) can be given its id, and the poll would
-        # go on watching the old descriptor, never the new one.
-        # (``list`` copies the values in one step: the runtime's thread may forget a
-        # connection meanwhile.)
-        key = tuple(conn for conn in list(self._conns.values()) if not conn.closed)
-        if self._polled is None or not _same(self._polled[0], key):
+        # What a poll waits on: kept while the route has the same connection objects
+        # (compared as a tuple: identity first, in C). The key holds the objects, not
+        # their id(): once a closed one is freed, a new one (to a new process) can be
+        # given its id, and the poll would go on watching the old descriptor. Closed
+        # ones are left out; one that closes later is seen by ``_read``, which drops the
+        # poll to be built again. (``tuple`` copies the values in one step: the runtime's
+        # thread may forget a connection meanwhile.)
+        conns = tuple(self._conns.values())
+        polled = self._polled
+        if polled is None or polled[0] != conns:
             poller = select.poll()
             by_fd = {}
-            for conn in key:
-                by_fd[conn.fileno()] = conn
-                poller.register(conn.fileno(), select.POLLIN)
+            for conn in conns:
+                if not conn.closed:
+                    by_fd[conn.fileno()] = conn
+                    poller.register(conn.fileno(), select.POLLIN)
             for fd in self._wake_fds():
                 poller.register(fd, select.POLLIN)
-            self._polled = (key, poller, by_fd)
-        return self._polled[1], self._polled[2]
+            polled = self._polled = (conns, poller, by_fd)
+        return polled[1], polled[2]
 
     def _wake_fds(self) -> list[int]:
         """Descriptors beside the connections that end a pump's wait (none for loops)."""
@@ -413,11 +418,6 @@ class ThreadRoute(ReplyRoute):
         for fd in fds:
             if fd >= 0:
                 os.close(fd)
-
-
-def _same(known: tuple[Connection, ...], now: tuple[Connection, ...]) -> bool:
-    """True when ``now`` holds exactly the connection objects of ``known``, in order."""
-    return len(known) == len(now) and all(a is b for a, b in zip(known, now, strict=True))
 
 
 def _open(path: str, token: str) -> socket.socket:
