@@ -165,6 +165,47 @@ def test_a_call_right_after_spawning_a_class_workers_cannot_import_gets_its_init
         mesh.f.call().get(timeout=30)  # not "no live actor of rank 0 here"
 
 
+def test_a_worker_answers_while_a_spawn_imports_its_actor_class(tmp_path: Path) -> None:
+    # Loading a spawn's actor class imports its module, which can take minutes (a model
+    # library). Meanwhile the process answers other actors' calls (and heartbeats, which
+    # would otherwise get it killed as unresponsive): the import runs on the new actor's
+    # thread, not on the process' loop.
+    import errno
+
+    from actormesh.testing import wait_until
+
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    procs = proc_mesh(gpus=1, env={"ACTORMESH_TEST_IMPORT_GATE": str(gate)}).get(timeout=60)
+    try:
+        echo = procs.spawn("echo", Echo)
+        assert echo.sync_echo.call_one(1).get(timeout=30)[1] == 1
+        from gated_import_actors import Gated  # (no gate in this process)
+
+        gated = procs.spawn("gated", Gated)
+        answer = gated.imported.call_one()
+        writer: list[int] = []
+
+        def importing() -> bool:  # the worker has opened the gate to read: it is importing
+            try:
+                writer.append(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError as error:
+                if error.errno != errno.ENXIO:
+                    raise
+                return False
+            return True
+
+        wait_until(importing, 30, "the worker to start importing the gated module")
+        for i in range(3):
+            assert echo.sync_echo.call_one(i).get(timeout=10)[1] == i
+        assert not answer.done()
+        os.write(writer[0], b"go\n")
+        os.close(writer[0])
+        assert answer.get(timeout=30) is True
+    finally:
+        procs.stop().get(timeout=30)
+
+
 def test_spawn_checks_its_arguments(procs: ProcMesh) -> None:
     with pytest.raises(TypeError, match=r"subclass of actormesh\.Actor"):
         procs.spawn("x", dict)

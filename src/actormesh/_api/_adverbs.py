@@ -187,7 +187,14 @@ class _Request:
             else:
                 self._value(rank, value)
         else:
-            self._error(rank, raised_error(parts[0]))
+            raised = raised_error(parts[0])
+            init_error = self.state.init_error
+            if init_error is not None and isinstance(raised, MeshStoppedError):
+                # The call raced the clean-up of its mesh's failed spawn (the processes
+                # forgot the mesh before it came): the spawn's error is its answer, as it
+                # is for every call made after.
+                raised = init_error
+            self._error(rank, raised)
         if not self.outstanding:
             self._complete()
             return True

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -60,10 +61,8 @@ class _Delivery:
         "conn",
         "deferred",
         "endpoint",
-        "mesh_id",
-        "mesh_name",
+        "hosted",
         "payload",
-        "point",
         "port",
         "rank",
         "reply_conn",
@@ -102,10 +101,22 @@ class _Delivery:
         self.endpoint = endpoint
         self.payload = payload
         self.buffers = buffers
-        self.mesh_id = hosted.mesh_id
-        self.mesh_name = hosted.mesh_name
-        self.point = hosted.point
+        self.hosted = hosted  # its mesh's name and the actor's point, for errors
         self.cancelled = False
+
+    @property
+    def mesh_id(self) -> str:
+        return self.hosted.mesh_id
+
+    @property
+    def mesh_name(self) -> str:
+        """The actor's mesh name (read from its id until the spawn's spec is loaded)."""
+        return self.hosted.mesh_name
+
+    @property
+    def point(self) -> dict[str, int]:
+        """The actor's coordinates (empty until the spawn's spec is loaded)."""
+        return self.hosted.point
 
     def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         args, kwargs = loads(self.payload, self.buffers)
@@ -212,6 +223,48 @@ class _Delivery:
             self.conn.send(parts)
 
 
+class _SpawnSpec:
+    """A spawn's spec, loaded by the first of its actors' threads to need it.
+
+    Unpickling the spec imports the actor class' module, which can take seconds (torch,
+    a model library) or minutes. On the process' loop that would stop everything it
+    answers meanwhile: heartbeats (the owner would kill a healthy worker after
+    ``Config.heartbeat_timeout``), reply-route confirmations, other actors' calls. So it
+    is done on the actors' threads, once, under a lock.
+    """
+
+    def __init__(self, mesh_id: str, parts: list[memoryview]) -> None:
+        self.mesh_id = mesh_id
+        self.mesh_name = mesh_id.rsplit("-", 1)[0]
+        self._parts: list[memoryview] | None = parts  # views over a copy: they stay valid
+        self._lock = threading.Lock()
+        self._spec: Any = None
+        self._error: BaseException | None = None
+
+    def actor(self, rank: int) -> tuple[Callable[[], Any], str, dict[str, int]]:
+        """``(factory, mesh name, point)`` of ``rank``; raises when the spec cannot be
+        loaded here (the actor's ``__init__`` fails with it)."""
+        with self._lock:
+            if self._parts is not None:
+                parts, self._parts = self._parts, None
+                try:
+                    self._spec = loads(parts[1], parts[2:])
+                except Exception as error:
+                    self._error = error
+        if self._error is not None:
+            # The actor class (or an argument) cannot be loaded here: every rank fails its
+            # construction with the import error, and this interpreter's path to explain it.
+            cause = self._error
+            raise RuntimeError(
+                f"the worker (pid {os.getpid()}) cannot load what the spawn of mesh "
+                f"{self.mesh_id!r} needs, the actor class or its arguments: "
+                f"{type(cause).__name__}: {cause} (is its module importable by workers? "
+                f"their sys.path: {sys.path})"
+            ) from cause
+        actor: tuple[Callable[[], Any], str, dict[str, int]] = self._spec.actor(rank)
+        return actor
+
+
 class Hosting:
     """The actors hosted in this process (mixed into ``Runtime``)."""
 
@@ -279,32 +332,33 @@ class Hosting:
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
     ) -> None:
         _, req_id, mesh_id, ranks = header
-        try:
-            spec = loads(parts[1], parts[2:])
-        except Exception as error:
-            self._refuse_spawn(conn, req_id, mesh_id, ranks, error)
-            return
         self._spawners[mesh_id] = conn
         actors = self._hosted.setdefault(mesh_id, {})
+        spec = _SpawnSpec(mesh_id, parts)
         for rank in ranks:
-            factory, mesh_name, point = spec.actor(rank)
-            mailbox = Mailbox(
-                self.loop, name=f"actor {mesh_name}{point}", stats=self.config.observe
-            )
-            actors[rank] = _HostedActor(mailbox, mesh_id, mesh_name, point)
+            # Named after the mesh until the spec is loaded on the actor's thread: calls
+            # that arrive meanwhile queue in its mailbox, as they do while __init__ runs.
+            mailbox = Mailbox(self.loop, name=f"actor {spec.mesh_name}", stats=self.config.observe)
+            hosted = actors[rank] = _HostedActor(mailbox, mesh_id, spec.mesh_name, {})
+
+            def build(rank: int = rank, hosted: _HostedActor = hosted) -> Any:
+                factory, hosted.mesh_name, hosted.point = spec.actor(rank)
+                threading.current_thread().name = f"actor {hosted.mesh_name}{hosted.point}"
+                return factory()
 
             def done(
-                error: BaseException | None,
-                rank: int = rank,
-                name: str = mesh_name,
-                point: dict[str, int] = point,
+                error: BaseException | None, rank: int = rank, hosted: _HostedActor = hosted
             ) -> None:
                 if error is None:
                     reply = [env.encode_header((env.REPLY, req_id, rank, True)), dumps(None)[0]]
                 else:
                     actors.pop(rank, None)
                     payload = env.error_payload(
-                        error, mesh=name, point=point, endpoint="__init__", init=True
+                        error,
+                        mesh=hosted.mesh_name,
+                        point=hosted.point,
+                        endpoint="__init__",
+                        init=True,
                     )
                     # Calls that come later get this error, not "no such actor".
                     self._absent_answers[(mesh_id, rank)] = payload
@@ -312,7 +366,7 @@ class Hosting:
                 with contextlib.suppress(TransportClosed):
                     conn.send(reply)
 
-            mailbox.construct(factory, done)
+            mailbox.construct(build, done)
 
     def _deliveries(
         self, conn: Connection, mesh_id: str, ranks: Sequence[int], req_id: int
@@ -354,33 +408,6 @@ class Hosting:
             for rank, hosted in by_rank.items()
         ]
         _snapshot.reply(conn, req_id, _snapshot.answer(actors, what, paused()))
-
-    def _refuse_spawn(
-        self,
-        conn: Connection,
-        req_id: int,
-        mesh_id: str,
-        ranks: Sequence[int],
-        error: BaseException,
-    ) -> None:
-        # The actor class (or an argument) cannot be loaded here: every rank fails its
-        # construction, with the import error and this interpreter's path to explain it.
-        problem = RuntimeError(
-            f"the worker (pid {os.getpid()}) cannot load what the spawn of mesh {mesh_id!r} "
-            f"needs, the actor class or its arguments: {type(error).__name__}: {error} "
-            f"(is its module importable by workers? their sys.path: {sys.path})"
-        )
-        problem.__cause__ = error
-        name = mesh_id.rsplit("-", 1)[0]
-        for rank in ranks:
-            payload = env.error_payload(
-                problem, mesh=name, point={}, endpoint="__init__", init=True
-            )
-            # Calls that come later get this error, not "no such actor" (as after a
-            # failed __init__).
-            self._absent_answers[(mesh_id, rank)] = payload
-            with contextlib.suppress(TransportClosed):
-                conn.send([env.encode_header((env.REPLY, req_id, rank, False)), payload])
 
     def host(
         self,
