@@ -92,3 +92,14 @@ def test_a_private_mapping_keeps_writes_to_itself() -> None:
 def test_a_cache_view_of_a_bad_descriptor_raises() -> None:
     with pytest.raises(OSError):
         MappingCache().view(-1, MIB, _returned)
+
+
+def test_the_most_recently_returned_segment_is_lent_first() -> None:
+    # Its pages are the likeliest to be in the caches still; the oldest idle one is cold.
+    pool = SegmentPool()
+    (fd_a, _), (fd_b, inode_b) = pool.fill(b"a" * MIB, MIB), pool.fill(b"b" * MIB, MIB)
+    pool.give(fd_a)
+    pool.give(fd_b)
+    fd_c, inode_c = pool.fill(b"c" * MIB, MIB)
+    assert inode_c == inode_b
+    os.close(fd_c)

@@ -128,7 +128,8 @@ class Connection:
         self._flush_scheduled = False
         self._loop_thread: int | None = None
         self._lent: set[int] = set()  # inodes of our segments the peer holds
-        self._returns_lock = threading.Lock()
+        # Reentrant: a finalizer run by the collector while it is held appends here too.
+        self._returns_lock = threading.RLock()
         self._writer_armed = False
         self._closed = False
         self._close_reported = False
@@ -272,35 +273,37 @@ class Connection:
     def _send_locked(self, buffers: list[Buffer], fds: list[int], size: int) -> None:
         # ``size``: the bytes in ``buffers`` (known to the caller; summing again costs).
         with self._lock:
-            if self._closed:
-                raise TransportClosed(f"connection to {self.peer or 'peer'} is closed")
-            if self._batch:
-                # Frames batched on the loop thread go first: order per connection holds.
-                buffers = [*self._batch, *buffers]
-                size += self._batch_bytes
-                self._batch = []
-                self._batch_bytes = 0
-            self._flush_scheduled = False
-            if not buffers:
-                return
-            if self._backlog or len(buffers) >= _IOV_MAX:
-                self._queue(buffers, 0, fds)
-                return
-            try:
-                if fds:
-                    rights = [(_SOL_SOCKET, _SCM_RIGHTS, array.array("i", fds))]
-                    sent = self._sock.sendmsg(buffers, rights)
-                else:
-                    sent = send_buffers(self._sock, self._sock.fileno(), buffers)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError as error:
-                self._fail_locked(error)
-                raise TransportClosed(
-                    f"connection to {self.peer or 'peer'} broke: {error}"
-                ) from error
-            if sent < size:
-                self._queue(buffers, sent, fds if sent == 0 else [])
+            self._send_held(buffers, fds, size)
+
+    def _send_held(self, buffers: list[Buffer], fds: list[int], size: int) -> None:
+        # ``_send_locked`` with the lock already held.
+        if self._closed:
+            raise TransportClosed(f"connection to {self.peer or 'peer'} is closed")
+        if self._batch:
+            # Frames batched on the loop thread go first: order per connection holds.
+            buffers = [*self._batch, *buffers]
+            size += self._batch_bytes
+            self._batch = []
+            self._batch_bytes = 0
+        self._flush_scheduled = False
+        if not buffers:
+            return
+        if self._backlog or len(buffers) >= _IOV_MAX:
+            self._queue(buffers, 0, fds)
+            return
+        try:
+            if fds:
+                rights = [(_SOL_SOCKET, _SCM_RIGHTS, array.array("i", fds))]
+                sent = self._sock.sendmsg(buffers, rights)
+            else:
+                sent = send_buffers(self._sock, self._sock.fileno(), buffers)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as error:
+            self._fail_locked(error)
+            raise TransportClosed(f"connection to {self.peer or 'peer'} broke: {error}") from error
+        if sent < size:
+            self._queue(buffers, sent, fds if sent == 0 else [])
 
     def _queue(self, buffers: Sequence[Buffer], skip: int, fds: list[int]) -> None:
         # Called with the lock held: append what was not sent and make the loop flush it.
@@ -486,15 +489,24 @@ class Connection:
         self._start, self._end = 0, remaining
 
     def _release(self, fd: int) -> None:
-        # A received segment is unused now (may run on any thread, even inside a send of
-        # this connection during garbage collection: so only queue it and wake the loop).
+        # A received segment is unused now. This may run on any thread, even inside a
+        # send of this connection (a finalizer run by the garbage collector): so it is
+        # returned from here only when the connection's lock is free, which rules that
+        # out; else it is queued for the loop. The actor's thread that dropped a tensor
+        # thus returns its segment itself, sparing the loop a wake-up per large message.
         if self._closed or self._loop.is_closed():
             _keep_or_close(fd)
             return
         with self._returns_lock:
             self._returns.append(fd)
             if len(self._returns) > 1:
-                return
+                return  # a flush is under way or scheduled: it takes this one too
+        if threading.get_ident() != self._loop_thread and self._lock.acquire(blocking=False):
+            try:
+                self._flush_returns(held=True)
+            finally:
+                self._lock.release()
+            return
         self._loop.call_soon_threadsafe(self._flush_returns)
 
     def _release_private(self, fd: int) -> None:
@@ -503,14 +515,16 @@ class Connection:
         _PRIVATE_FDS.add(fd)
         self._release(fd)
 
-    def _flush_returns(self) -> None:
+    def _flush_returns(self, held: bool = False) -> None:
+        # ``held``: the caller holds the connection's lock.
         with self._returns_lock:
             fds, self._returns = self._returns, []
+        send = self._send_held if held else self._send_locked
         for start in range(0, len(fds), _MAX_FDS):
             batch = fds[start : start + _MAX_FDS]
             try:
                 header = encode_header([SHARED] * len(batch), returned=True)
-                self._send_locked([header], batch, len(header))
+                send([header], batch, len(header))
             except TransportClosed:
                 for fd in batch:
                     _keep_or_close(fd)

@@ -119,9 +119,14 @@ class SegmentPool:
 
     def _take(self, size: int) -> _Segment:
         with self._lock:
-            for index, segment in enumerate(self._idle):
-                if size <= segment.capacity <= 2 * size + _GRANULE:
-                    return self._idle.pop(index)
+            # The most recently returned of the segments that fit: its pages are likely
+            # still in the processor's caches, here and where it was read (taking the
+            # oldest cycled through every idle segment, all cold: a 1 MiB copy took 80 µs
+            # instead of 30 here).
+            idle = self._idle
+            for index in range(len(idle) - 1, -1, -1):
+                if size <= idle[index].capacity <= 2 * size + _GRANULE:
+                    return idle.pop(index)
         fd = os.memfd_create("actormesh", os.MFD_CLOEXEC)
         try:
             os.ftruncate(fd, -(-size // _GRANULE) * _GRANULE)
