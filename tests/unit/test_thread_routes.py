@@ -127,3 +127,31 @@ def test_a_route_adopted_while_a_process_confirms_it_does_not_name_its_token(
     assert route._conns == {}
     assert opened[0].fileno() == -1, "the connection nobody reads was left open"
     opened[1].close()
+
+
+def test_a_process_that_did_not_confirm_a_route_is_tried_again_later(
+    route: ThreadRoute, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its loop may have been busy for a while: after _RETRY_REFUSED seconds the route is
+    # opened again, not refused for the life of the thread.
+    attempts: list[str] = []
+    peers: list[socket.socket] = []
+
+    def busy_then_ready(path: str, token: str) -> socket.socket:
+        attempts.append(path)
+        if len(attempts) == 1:
+            raise OSError("no confirmation in time")
+        ours, theirs = socket.socketpair()
+        peers.append(theirs)
+        return ours
+
+    monkeypatch.setattr(_reply_routes, "_open", busy_then_ready)
+    path = "unix:/nowhere/proc-d.sock"
+    assert route.token_for(path) is None  # refused
+    assert route.token_for(path) is None  # not tried again at once
+    assert len(attempts) == 1
+    monkeypatch.setattr(_reply_routes, "_RETRY_REFUSED", 0.0)
+    assert route.token_for(path) == route.token
+    assert len(attempts) == 2
+    for peer in peers:
+        peer.close()

@@ -51,6 +51,9 @@ _ADOPT_EVERY = 1.0
 _CONFIRM_TIMEOUT = 2.0
 # Longest a pumping Future.get() sleeps in select before looking at its future again.
 _PUMP_SLICE = 0.05
+# Seconds before a route to a process that did not confirm it in time is tried again:
+# its loop may have been busy for a while (a long callback), not for good.
+_RETRY_REFUSED = 30.0
 # Calls a loop makes before it gets a route: a loop that lives for one call (a sync
 # wrapper around asyncio.run, say) would pay a connection and a round trip for nothing.
 _ROUTE_AFTER = 8
@@ -81,7 +84,8 @@ class ReplyRoute:
         self._request_adoption = request_adoption
         self._on_idle_adopted = on_idle_adopted
         self._conns: dict[str, Connection] = {}
-        self._refused: set[str] = set()  # processes that did not confirm a route
+        # Processes that did not confirm a route, and when: tried again after a while.
+        self._refused: dict[str, float] = {}
         self._lock = threading.Lock()
         self._calls = 0  # calls made on the loop (loop thread only)
         self.route_after = _ROUTE_AFTER
@@ -114,18 +118,22 @@ class ReplyRoute:
 
         Runs on the route's loop thread. ``None`` when replies should come back the usual
         way: a process on another host, a route already handed to the runtime, or a
-        process that did not confirm the route in time (a call there says why, if dead).
+        process that did not confirm the route in time (a call there says why, if dead;
+        the route is tried again ``_RETRY_REFUSED`` seconds later).
         """
         conn = self._conns.get(path)
         if conn is not None and not conn.closed:
             return self.token
         concrete = route_of(path)  # of a dual address, the Unix socket on this host
-        if self.adopted or is_tcp(concrete) or path in self._refused:
+        refused = self._refused.get(path)
+        if refused is not None and time.monotonic() - refused < _RETRY_REFUSED:
+            return None
+        if self.adopted or is_tcp(concrete):
             return None
         try:
             sock = _open(unix_path(concrete), self.token)
         except (OSError, ValueError):
-            self._refused.add(path)
+            self._refused[path] = time.monotonic()
             return None
         conn = self._new_connection(sock, self.loop, path)
         with self._lock:
