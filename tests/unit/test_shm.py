@@ -103,3 +103,16 @@ def test_the_most_recently_returned_segment_is_lent_first() -> None:
     fd_c, inode_c = pool.fill(b"c" * MIB, MIB)
     assert inode_c == inode_b
     os.close(fd_c)
+
+
+def test_the_smallest_fitting_capacity_is_lent_before_a_larger_recent_one() -> None:
+    pool = SegmentPool()
+    (fd_small, small), (fd_large, _) = (
+        pool.fill(b"s" * MIB, MIB),
+        pool.fill(b"l" * 3 * MIB, 3 * MIB),
+    )
+    pool.give(fd_small)
+    pool.give(fd_large)  # returned last, and big enough for a 1 MiB part too
+    fd, inode = pool.fill(b"t" * MIB, MIB)
+    assert inode == small
+    os.close(fd)

@@ -189,10 +189,16 @@ class _Request:
         else:
             raised = raised_error(parts[0])
             init_error = self.state.init_error
-            if init_error is not None and isinstance(raised, MeshStoppedError):
-                # The call raced the clean-up of its mesh's failed spawn (the processes
-                # forgot the mesh before it came): the spawn's error is its answer, as it
-                # is for every call made after.
+            if (
+                init_error is not None
+                and isinstance(raised, MeshStoppedError)
+                and not getattr(raised, "as_sent", False)
+                and getattr(raised, "mesh", None) == self.ref.mesh_id
+            ):
+                # The call raced the clean-up of its mesh's failed spawn: the process
+                # forgot the mesh before it came and said it has no such actor (naming
+                # the mesh by id). The spawn's error is the answer, as it is for every
+                # call made after.
                 raised = init_error
             self._error(rank, raised)
         if not self.outstanding:

@@ -249,7 +249,7 @@ class _SpawnSpec:
                 parts, self._parts = self._parts, None
                 try:
                     self._spec = loads(parts[1], parts[2:])
-                except Exception as error:
+                except BaseException as error:  # (a module's SystemExit too: every rank fails)
                     self._error = error
         if self._error is not None:
             # The actor class (or an argument) cannot be loaded here: every rank fails its

@@ -142,10 +142,17 @@ class Mailbox:
         self, factory: Callable[[], Hosted], done: Callable[[BaseException | None], None]
     ) -> None:
         try:
-            self._host = factory()
+            host = factory()
         except BaseException as error:
             self._loop.call_soon_threadsafe(self._after_construct, error, done)
             return
+        with self._lock:
+            self._host = host
+            closed = self._closed
+        if closed:
+            # Stopped while it was being built (``close`` found no actor to close): its
+            # close hooks run now, here, as they would have (in the actor's context).
+            host.context.copy().run(host.close)
         self._loop.call_soon_threadsafe(self._after_construct, None, done)
 
     def _after_construct(
@@ -160,6 +167,7 @@ class Mailbox:
             for message in waiting:
                 message.fail_init(error)
             waiting.clear()
+            self._jobs.put(_STOP)  # nothing will run on the actor's thread: it ends
         done(error)
         host = self._host
         later: deque[Message] = deque()
@@ -451,10 +459,10 @@ class Mailbox:
         with self._lock:
             self._closed = True
             dropped, self._queue = self._queue, deque()
+            host = self._host  # (None while it is built: ``_construct`` closes it then)
         why = "the actor's mesh was stopped" if error is None else f"the actor failed: {error}"
         for message in dropped:
             message.abandon(MeshStoppedError(why))
-        host = self._host
         if host is not None:
             self._jobs.put((host.close, error) if error is not None else (host.close,))
         if done is not None:

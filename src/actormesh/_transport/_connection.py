@@ -498,9 +498,12 @@ class Connection:
             _keep_or_close(fd)
             return
         with self._returns_lock:
+            # Whoever finds the list empty flushes it (a finalizer that re-enters here
+            # between the append and a length check would otherwise leave it unflushed).
+            first = not self._returns
             self._returns.append(fd)
-            if len(self._returns) > 1:
-                return  # a flush is under way or scheduled: it takes this one too
+        if not first:
+            return  # a flush is under way or scheduled: it takes this one too
         if threading.get_ident() != self._loop_thread and self._lock.acquire(blocking=False):
             try:
                 self._flush_returns(held=True)
