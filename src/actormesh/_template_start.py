@@ -12,7 +12,8 @@ launch and no more.
 No early start where it could not be used or could outlive its purpose: in a worker or a
 template (they fork nothing of their own at once), off the main thread (the workers'
 parent-death signal follows the thread that started the template), without the compiled
-fork, or with ``ACTORMESH_FORK_SERVER=0`` or ``ACTORMESH_NO_EXTENSIONS=1``.
+fork, in a ``multiprocessing`` child, or with ``ACTORMESH_FORK_SERVER=0`` or
+``ACTORMESH_NO_EXTENSIONS=1``.
 """
 
 from __future__ import annotations
@@ -103,6 +104,11 @@ def _wanted(environ: Mapping[str, str]) -> bool:
     if environ.get("ACTORMESH_FORK_SERVER", "").strip().lower() in ("0", "false", "no"):
         return False
     if extensions_disabled(environ) or threading.current_thread() is not threading.main_thread():
+        return False
+    # A multiprocessing child (spawn or forkserver: a DataLoader's workers, say) imports
+    # the program's main module again; it is no controller to start a template for.
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is not None and multiprocessing.parent_process() is not None:
         return False
     # The compiled fork, looked for as a file: importing it would import the runtime.
     here = os.path.dirname(__file__)

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from integration_actors import Echo, ProcessFacts
@@ -217,3 +218,36 @@ def test_a_template_nobody_used_ends_with_the_program() -> None:
 )
 def test_no_template_starts_early_when_forking_is_off(env: dict[str, str]) -> None:
     assert _run_early("import only", **env)["started"] is None
+
+
+_MULTIPROCESSING_CHILD = """
+import json, multiprocessing, sys
+
+def child(answers):
+    from actormesh import Actor  # in a controller, reaching for it starts a template
+    from actormesh import _template_start
+    answers.put(_template_start._early is None)
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    answers = context.Queue()
+    process = context.Process(target=child, args=(answers,))
+    process.start()
+    print(json.dumps({"none_in_child": answers.get(timeout=60)}))
+    process.join(60)
+"""
+
+
+def test_a_multiprocessing_child_starts_no_template(tmp_path: Path) -> None:
+    # A spawned child (a DataLoader worker, say) imports the program's main module again;
+    # it is no controller, and a template of its own would idle as long as it lives.
+    import json
+    import subprocess
+
+    program = tmp_path / "spawns_a_child.py"
+    program.write_text(_MULTIPROCESSING_CHILD)
+    result = subprocess.run(
+        [sys.executable, str(program)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"none_in_child": True}
