@@ -206,6 +206,18 @@ def test_a_worker_answers_while_a_spawn_imports_its_actor_class(tmp_path: Path) 
         procs.stop().get(timeout=30)
 
 
+def test_a_module_that_installs_a_signal_handler_at_import_fails_its_spawn_clearly(
+    procs: ProcMesh,
+) -> None:
+    # The actor's module is imported on the actor's thread, where Python refuses
+    # signal.signal: the spawn fails with the reason, nothing hangs.
+    from signal_at_import_actors import SignalAtImport
+
+    mesh = procs.spawn("signals", SignalAtImport)
+    with pytest.raises(ActorInitError, match="signal only works in main thread"):
+        mesh.ping.call().get(timeout=30)
+
+
 def test_spawn_checks_its_arguments(procs: ProcMesh) -> None:
     with pytest.raises(TypeError, match=r"subclass of actormesh\.Actor"):
         procs.spawn("x", dict)

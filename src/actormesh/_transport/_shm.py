@@ -130,12 +130,9 @@ class SegmentPool:
             # Taking the oldest cycled through every idle segment, all cold: a 1 MiB
             # copy took 80 µs instead of 30 here.
             idle = self._idle
-            for index, segment in enumerate(idle):
+            for segment in idle:
                 if size <= segment.capacity <= 2 * size + _GRANULE:
-                    last = index
-                    while last + 1 < len(idle) and idle[last + 1].capacity == segment.capacity:
-                        last += 1
-                    return idle.pop(last)
+                    return idle.pop(bisect.bisect_right(idle, segment.capacity, key=_capacity) - 1)
         fd = os.memfd_create("actormesh", os.MFD_CLOEXEC)
         try:
             os.ftruncate(fd, -(-size // _GRANULE) * _GRANULE)
