@@ -1,10 +1,11 @@
 """The C extensions (everything else is in pyproject.toml).
 
 ``actormesh._transport._cframes`` is the compiled twin of the per-message frame path
-(see ``src/actormesh/_transport/_speedups.py``); ``actormesh._hosts._cfork`` the fork of
-the fork server. Both are optional: where they cannot be built (no C compiler), the
-install goes on and the pure-Python path is used (workers then start as fresh
-interpreters).
+(see ``src/actormesh/_transport/_speedups.py``), ``actormesh._core._cdispatch`` that of a
+received frame's dispatch to its handler (``src/actormesh/_core/_dispatch.py``), and
+``actormesh._hosts._cfork`` the fork of the fork server. All are optional: where they
+cannot be built (no C compiler), the install goes on and the pure-Python path is used
+(workers then start as fresh interpreters).
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ setup(
         Extension(
             "actormesh._transport._cframes",
             sources=["src/actormesh/_transport/_cframes.c"],
+            extra_compile_args=_FLAGS,
+            optional=True,
+        ),
+        Extension(
+            "actormesh._core._cdispatch",
+            sources=["src/actormesh/_core/_cdispatch.c"],
             extra_compile_args=_FLAGS,
             optional=True,
         ),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -77,3 +78,29 @@ def test_a_dropped_segment_returns_while_the_receivers_loop_is_busy(
         release_loop.set()
         sender.close()
         receiver.close()
+
+
+def test_a_segment_dropped_as_the_receivers_loop_closes_is_kept_without_raising() -> None:
+    # The loop closes between _release's check and its call_soon_threadsafe (a finalizer
+    # at interpreter exit, say): the segment must stay usable here and nothing may raise.
+    loop = asyncio.new_event_loop()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn = _connection(loop, ours, SimpleQueue())
+    fd = os.memfd_create("actormesh-test-segment", os.MFD_CLOEXEC)
+    os.ftruncate(fd, MIB)
+    inode = os.fstat(fd).st_ino
+    try:
+        loop.close()
+        loop.is_closed = lambda: False  # type: ignore[method-assign]  # as seen at the check
+        conn._lock.acquire()  # a send under way: the return must go through the loop
+        try:
+            conn._release(fd)
+        finally:
+            conn._lock.release()
+        assert conn._returns == []
+        assert any(segment.inode == inode for segment in pool._idle)
+    finally:
+        del loop.is_closed  # the loop's own again (its finalizer asks)
+        conn._closed = True
+        ours.close()
+        theirs.close()

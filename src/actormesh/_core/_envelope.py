@@ -58,6 +58,7 @@ import traceback
 from typing import Any
 
 from .._exceptions import ActorError, ActorInitError
+from ._dispatch import entry_for, frame_table
 from ._serialization import dumps
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "HELLO",
     "HOST",
     "INSPECT",
+    "LAYOUTS",
     "OBSERVE",
     "PING",
     "PONG",
@@ -98,8 +100,9 @@ def encode_header(header: tuple[Any, ...]) -> bytes:
     return pickle.dumps(header, 5)
 
 
-# How many items a header of each kind has (CALL: with or without a reply-route token).
-_ARITY: dict[int, tuple[int, ...]] = {
+# How many items a header of each kind may have (CALL: with or without a reply-route
+# token, port and view).
+LAYOUTS: dict[int, tuple[int, ...]] = {
     HELLO: (5,),
     SPAWN: (4,),
     CALL: (5, 6, 7, 8),
@@ -122,20 +125,22 @@ _ARITY: dict[int, tuple[int, ...]] = {
 }
 
 
+def _known(conn: Any, header: tuple[Any, ...], parts: Any) -> None:
+    """The handler of every kind in ``_CHECKS`` (a table used only to check headers)."""
+
+
+_CHECKS = frame_table(LAYOUTS, {}, _known)
+
+
 def decode_header(data: Any) -> tuple[Any, ...]:
-    """The header tuple of a frame's first part.
+    """The header tuple of a frame's first part (frames a runtime receives go through
+    ``_dispatch.dispatch``, which checks them the same way).
 
     Raises:
         ValueError: not a header of a kind this version knows, with that kind's layout.
     """
-    header = pickle.loads(data)
-    if not isinstance(header, tuple) or not header:
-        raise ValueError(f"malformed envelope header: {header!r}")
-    arity = _ARITY.get(header[0]) if isinstance(header[0], int) else None
-    if arity is None:
-        raise ValueError(f"unknown message kind {header[0]!r}")
-    if len(header) not in arity:
-        raise ValueError(f"a header of kind {header[0]} with {len(header)} items: {header!r}")
+    header: tuple[Any, ...] = pickle.loads(data)
+    entry_for(_CHECKS, header)
     return header
 
 

@@ -51,6 +51,7 @@ from .._transport import (
 from .._transport._connection import CloseHandler
 from .._transport._frames import Buffer
 from . import _envelope as env
+from ._dispatch import Handler, Table, dispatch, frame_table
 from ._hosting import Hosting, _Delivery, _HostedActor
 from ._reply_routes import ReplyRoute, ReplyRoutes
 
@@ -152,6 +153,7 @@ class CoreRuntime(Hosting):
         # workers' replies on to their caller); both run on the loop thread.
         self.frame_kinds: dict[int, FrameKindHandler] = {}
         self.forward_reply: Callable[[Connection, list[memoryview]], None] | None = None
+        self._frames = self._frame_table()
 
     # -- hooks of the layer that owns processes (see the class docstring) ----------------
 
@@ -520,76 +522,89 @@ class CoreRuntime(Hosting):
 
     # -- incoming frames ----------------------------------------------------------------
 
+    def _frame_table(self) -> Table:
+        """Each kind's handler, for ``dispatch`` (kinds the layers above add later, in
+        ``frame_kinds``, go to ``_other_kind``)."""
+
+        def header_only(handle: Callable[[Connection, tuple[Any, ...]], None]) -> Handler:
+            return lambda conn, header, parts: handle(conn, header)
+
+        handlers: dict[int, Handler] = {
+            env.REPLY: self._handle_reply,
+            env.REPLIES: self._handle_replies,
+            env.CALL: self._handle_call,
+            env.SPAWN: self._handle_spawn,
+            env.FAILURE: self._handle_failure,
+            env.HELLO: header_only(self._handle_hello),
+            env.STOP_MESH: header_only(self._handle_stop_mesh),
+            env.SHUTDOWN: header_only(self._handle_shutdown),
+            env.PING: header_only(self._handle_ping),
+            env.PONG: lambda conn, header, parts: self._heartbeat_answered(conn.peer),
+            env.CANCEL: header_only(self._handle_cancel),
+            env.INSPECT: header_only(self._handle_inspect),
+            env.OBSERVE: header_only(self._handle_observe),
+            env.REPLY_TO: header_only(self._handle_reply_to),
+        }
+        return frame_table(env.LAYOUTS, handlers, self._other_kind)
+
     def _on_frame(self, conn: Connection, parts: list[memoryview]) -> None:
         try:
-            header = env.decode_header(parts[0])
-        except Exception as error:
-            # A frame this process cannot read (not a header, an unknown kind, a wrong
-            # layout) means the peer does not speak our protocol, or not this version of
-            # it: nothing it sends later can be trusted to line up either.
-            log.warning(
-                "closing the connection to %s after a frame it could not read: %s: %s",
-                conn.peer or "a peer",
-                type(error).__name__,
-                error,
-            )
-            conn.close()
-            return
-        try:
-            self._dispatch(conn, header, parts)
+            dispatch(self._frames, self._unreadable, conn, parts)
         except Exception:
-            log.exception("failed to handle a frame of kind %s from %s", header[0], conn.peer)
+            log.exception("failed to handle a frame from %s", conn.peer)
 
-    def _dispatch(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
-        kind = header[0]
-        if kind == env.REPLY:
-            _, req_id, rank, ok = header
-            handler = self._pending.get(req_id)
-            if handler is not None:
-                if handler.on_reply(rank, ok, parts[1:]):
-                    self._pending.pop(req_id, None)
-            elif self.forward_reply is not None:
-                self.forward_reply(conn, parts)
-        elif kind == env.REPLIES:
-            self._handle_replies(header[1], parts)
-        elif kind == env.CALL:
-            self._handle_call(conn, header, parts)
-        elif kind == env.SPAWN:
-            self._handle_spawn(conn, header, parts)
-        elif kind == env.FAILURE:
-            _, mesh_id, rank, endpoint = header
-            if self.failure_handler is not None:
-                self.failure_handler(mesh_id, rank, endpoint, parts[1])
-        elif kind == env.HELLO:
-            self._handle_hello(conn, header)
-        elif kind == env.STOP_MESH:
-            self._handle_stop_mesh(conn, header)
-        elif kind == env.SHUTDOWN:
-            if conn is self._parent:  # only the owner may end this process
-                self._exit_worker("asked to shut down")
-        elif kind == env.PING:
-            # Answered here, on the loop, so a busy actor thread cannot delay it.
-            conn.send([env.encode_header((env.PONG, header[1]))])
-        elif kind == env.PONG:
-            self._heartbeat_answered(conn.peer)
-        elif kind == env.CANCEL:
-            self._handle_cancel(conn, header)
-        elif kind == env.INSPECT:
-            self._handle_inspect(conn, header)
-        elif kind == env.OBSERVE:
-            self._handle_observe(conn, header)
-        elif kind == env.REPLY_TO:
-            self._handle_reply_to(conn, header)
-        else:
-            handle = self.frame_kinds.get(kind)
-            if handle is None:
-                raise ValueError(f"no handler for frames of kind {kind} in this process")
-            handle(conn, header, parts)
+    def _unreadable(self, conn: Connection, error: Exception) -> None:
+        # A frame this process cannot read (not a header, an unknown kind, a wrong
+        # layout) means the peer does not speak our protocol, or not this version of
+        # it: nothing it sends later can be trusted to line up either.
+        log.warning(
+            "closing the connection to %s after a frame it could not read: %s: %s",
+            conn.peer or "a peer",
+            type(error).__name__,
+            error,
+        )
+        conn.close()
 
-    def _handle_replies(self, replies: list[tuple[int, int, bool, int]], parts: list[Any]) -> None:
+    def _handle_reply(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
+        _, req_id, rank, ok = header
+        handler = self._pending.get(req_id)
+        if handler is not None:
+            if handler.on_reply(rank, ok, parts[1:]):
+                self._pending.pop(req_id, None)
+        elif self.forward_reply is not None:
+            self.forward_reply(conn, parts)
+
+    def _handle_failure(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
+        _, mesh_id, rank, endpoint = header
+        if self.failure_handler is not None:
+            self.failure_handler(mesh_id, rank, endpoint, parts[1])
+
+    def _handle_shutdown(self, conn: Connection, header: tuple[Any, ...]) -> None:
+        if conn is self._parent:  # only the owner may end this process
+            self._exit_worker("asked to shut down")
+
+    def _handle_ping(self, conn: Connection, header: tuple[Any, ...]) -> None:
+        # Answered here, on the loop, so a busy actor thread cannot delay it.
+        conn.send([env.encode_header((env.PONG, header[1]))])
+
+    def _other_kind(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
+        handle = self.frame_kinds.get(header[0])
+        if handle is None:
+            raise ValueError(f"no handler for frames of kind {header[0]} in this process")
+        handle(conn, header, parts)
+
+    def _handle_replies(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
         # Replies a host agent gathered from the workers of its host, in one frame.
         offset = 1
-        for req_id, rank, ok, count in replies:
+        for req_id, rank, ok, count in header[1]:
             handler = self._pending.get(req_id)
             if handler is not None and handler.on_reply(rank, ok, parts[offset : offset + count]):
                 self._pending.pop(req_id, None)

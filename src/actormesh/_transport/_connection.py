@@ -510,7 +510,15 @@ class Connection:
             finally:
                 self._lock.release()
             return
-        self._loop.call_soon_threadsafe(self._flush_returns)
+        try:
+            self._loop.call_soon_threadsafe(self._flush_returns)
+        except RuntimeError:
+            # The loop closed since the check above (the process is ending, and this may
+            # be a finalizer, which must not raise): nobody will send them back.
+            with self._returns_lock:
+                fds, self._returns = self._returns, []
+            for unsent in fds:
+                _keep_or_close(unsent)
 
     def _release_private(self, fd: int) -> None:
         # Others map this segment too: its sender reuses it once all gave it back, so it
@@ -572,7 +580,8 @@ class Connection:
         # The lock is held here, and _finish takes it: always defer to a later loop turn.
         self._closed = True
         if not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._finish, error)
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: nobody to tell
+                self._loop.call_soon_threadsafe(self._finish, error)
 
     def _call_on_loop(self, fn: Callable[..., None], *args: object) -> None:
         try:
@@ -582,7 +591,8 @@ class Connection:
         if running is self._loop:
             fn(*args)
         elif not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(fn, *args)
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: nobody to tell
+                self._loop.call_soon_threadsafe(fn, *args)
 
     def _finish(self, error: BaseException | None) -> None:
         # Runs on the loop thread; tears down once and reports once.
