@@ -2,22 +2,19 @@
 the Python one.
 
 Each test runs on both side by side, so the suite checks the pair whichever of them this
-process selected (``ACTORMESH_NO_EXTENSIONS``).
+process selected (``ACTORMESH_NO_EXTENSIONS``); that the extension is built and selected
+is checked with the frame path's, in ``test_speedups.py``.
 """
 
 from __future__ import annotations
 
-import os
 import pickle
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actormesh._config import extensions_disabled
 from actormesh._core import _dispatch
 from actormesh._core import _envelope as env
 
@@ -53,24 +50,6 @@ class _Recorder:
 def _table(recorder: _Recorder) -> _dispatch.Table:
     handlers = {env.CALL: recorder.handler("call"), env.REPLY: recorder.handler("reply")}
     return _dispatch.frame_table(env.LAYOUTS, handlers, recorder.handler("other"))
-
-
-def test_the_extension_is_built_and_selected_unless_disabled() -> None:
-    if extensions_disabled():
-        assert _dispatch.COMPILED is False
-    else:
-        assert _cdispatch is not None, "the C extension was not built (see setup.py)"
-        assert _dispatch.COMPILED is True
-        assert _dispatch.dispatch is _cdispatch.dispatch
-
-
-def test_setting_the_variable_selects_the_python_dispatch() -> None:
-    code = "from actormesh._core import _dispatch as d; print(d.COMPILED)"
-    env_vars = {**os.environ, "ACTORMESH_NO_EXTENSIONS": "1"}
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env_vars, capture_output=True, text=True, timeout=60
-    )
-    assert out.stdout.strip() == "False", out.stderr
 
 
 def test_the_table_holds_each_kind_with_a_bit_per_allowed_item_count() -> None:

@@ -6,6 +6,7 @@ whichever of them this process selected (``ACTORMESH_NO_EXTENSIONS``).
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import socket
@@ -40,19 +41,37 @@ if _cframes is not None:
     IMPLEMENTATIONS.append(pytest.param(_cframes, id="compiled"))
 
 
-def test_the_extension_is_built_and_selected_unless_disabled() -> None:
+# Each compiled twin: (the module that selects it, its name there, the extension).
+_SELECTIONS = [
+    pytest.param("actormesh._transport._speedups", "parse_inline", "_cframes", id="frames"),
+    pytest.param("actormesh._core._dispatch", "dispatch", "_cdispatch", id="dispatch"),
+]
+
+
+@pytest.mark.parametrize(("selector", "name", "extension"), _SELECTIONS)
+def test_the_extension_is_built_and_selected_unless_disabled(
+    selector: str, name: str, extension: str
+) -> None:
     # scripts/bootstrap's `pip install -e .` builds it; a silent build failure would make
     # every run take the slow path unnoticed.
+    module = importlib.import_module(selector)
     if extensions_disabled():
-        assert _speedups.COMPILED is False
-    else:
-        assert _cframes is not None, "the C extension was not built (see setup.py)"
-        assert _speedups.COMPILED is True
-        assert _speedups.parse_inline is _cframes.parse_inline
+        assert module.COMPILED is False
+        return
+    package = selector.rsplit(".", 1)[0]
+    try:
+        compiled = importlib.import_module(f"{package}.{extension}")
+    except ImportError:
+        pytest.fail(f"the C extension {extension} was not built (see setup.py)")
+    assert module.COMPILED is True
+    assert getattr(module, name) is getattr(compiled, name)
 
 
-def test_setting_the_variable_selects_the_python_path() -> None:
-    code = "from actormesh._transport import _speedups as s; print(s.COMPILED)"
+@pytest.mark.parametrize(("selector", "name", "extension"), _SELECTIONS)
+def test_setting_the_variable_selects_the_python_path(
+    selector: str, name: str, extension: str
+) -> None:
+    code = f"import {selector} as s; print(s.COMPILED)"
     env = {**os.environ, "ACTORMESH_NO_EXTENSIONS": "1"}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
