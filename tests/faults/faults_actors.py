@@ -321,16 +321,44 @@ class Cancellable(Actor):
 
 
 class Unpicklable(Exception):
-    """Pickles fine, but unpickling calls ``__init__`` with the wrong arguments."""
+    """Pickles fine, but cannot be rebuilt: creating one takes other arguments than its
+    ``args`` (even without calling ``__init__``)."""
+
+    def __new__(cls, a: int, b: int) -> Unpicklable:
+        return super().__new__(cls, a, b)
 
     def __init__(self, a: int, b: int) -> None:
         super().__init__(f"{a}-{b}")
+
+
+class HttpError(Exception):
+    """Its ``__init__`` takes other arguments than it passes up: a plain pickle of it
+    cannot be unpickled."""
+
+    def __init__(self, status: int, url: str) -> None:
+        super().__init__(f"{status} for {url}")
+        self.status, self.url = status, url
+
+
+class HoldsALock(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.lock = threading.Lock()
+        self.code = 7
 
 
 class BadReturns(Actor):
     @endpoint
     def raise_unpicklable(self) -> None:
         raise Unpicklable(1, 2)
+
+    @endpoint
+    def raise_http_error(self) -> None:
+        raise HttpError(503, "http://example/x")
+
+    @endpoint
+    def raise_holding_a_lock(self) -> None:
+        raise HoldsALock("busy")
 
     @endpoint
     def return_lambda(self) -> Any:

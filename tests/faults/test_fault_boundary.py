@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults_actors import BadReturns, Worker
+from faults_actors import BadReturns, HoldsALock, HttpError, Worker
 from faults_support import run_program
 
 import actormesh
@@ -131,6 +131,28 @@ def test_an_exception_that_cannot_be_unpickled_still_arrives_readable(procs: Pro
     assert "1-2" in str(caught.value)
     assert "could not be unpickled here" in str(caught.value)
     assert mesh.slice(gpus=0).ping.call_one().get(timeout=10) == "pong"
+
+
+def test_an_exception_whose_init_takes_other_arguments_arrives_as_its_type(
+    procs: ProcMesh,
+) -> None:
+    mesh = procs.spawn("http", BadReturns)
+    with pytest.raises(HttpError) as caught:
+        mesh.slice(gpus=0).raise_http_error.call_one().get(timeout=10)
+    assert isinstance(caught.value, ActorError)
+    assert (caught.value.status, caught.value.url) == (503, "http://example/x")
+    assert "503 for http://example/x" in str(caught.value)
+
+
+def test_an_exception_holding_what_cannot_be_pickled_arrives_without_it(
+    procs: ProcMesh,
+) -> None:
+    mesh = procs.spawn("locked", BadReturns)
+    with pytest.raises(HoldsALock) as caught:
+        mesh.slice(gpus=0).raise_holding_a_lock.call_one().get(timeout=10)
+    cause = caught.value.cause
+    assert isinstance(cause, HoldsALock) and cause.code == 7 and not hasattr(cause, "lock")
+    assert "could not be pickled: lock" in " ".join(cause.__notes__)
 
 
 def test_a_result_that_cannot_be_pickled_fails_that_call_only(procs: ProcMesh) -> None:

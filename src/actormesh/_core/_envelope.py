@@ -163,13 +163,7 @@ def error_payload(
     values, so an exception class defined in the driver's ``__main__`` travels by value
     and arrives as that class.
     """
-    try:
-        exc_bytes: bytes | None
-        exc_bytes, buffers = dumps(error)
-        if buffers:  # the record must be one self-contained pickle: buffers in-band
-            exc_bytes = pickle.dumps(error, 5)
-    except Exception:
-        exc_bytes = None
+    exc_bytes = _exception_bytes(error)
     kind = type(error)
     record = {
         "exc": exc_bytes,
@@ -185,6 +179,72 @@ def error_payload(
         "as_sent": as_sent,
     }
     return pickle.dumps(record, 5)
+
+
+def _exception_bytes(error: BaseException) -> bytes | None:
+    """The exception as one self-contained pickle that unpickles, tried here first.
+
+    Python pickles an exception as its type called with its ``args``: a subclass whose
+    ``__init__`` takes other arguments than it passes up (``HttpError(status, url)``), or
+    one holding an attribute that cannot be pickled (a lock), would not arrive as its own
+    type. Such a one is sent as its type, ``args`` and the attributes that pickle, rebuilt
+    without calling ``__init__`` (``rebuilt_exception``). Tried in this order, each
+    unpickled here (where its class surely exists) before it is chosen; when neither
+    works, the plain pickle goes (the caller then says why it could not unpickle it).
+    """
+    plain = _pickled(error)
+    for candidate in (plain, _pickled(_ExceptionParts(error))):
+        if candidate is None:
+            continue
+        try:
+            pickle.loads(candidate)
+        except Exception:
+            continue
+        return candidate
+    return plain
+
+
+def _pickled(obj: Any) -> bytes | None:
+    try:
+        data, buffers = dumps(obj)
+        if buffers:  # the record must be one self-contained pickle: buffers in-band
+            data = pickle.dumps(obj, 5)
+    except Exception:
+        return None
+    return data
+
+
+class _ExceptionParts:
+    """Pickles as ``rebuilt_exception(type, args, picklable attributes, left out)``."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        error = self.error
+        args = tuple(arg if _pickled(arg) is not None else repr(arg) for arg in error.args)
+        state, left_out = {}, []
+        for name, value in getattr(error, "__dict__", {}).items():
+            if _pickled(value) is None:
+                left_out.append(name)
+            else:
+                state[name] = value
+        return (rebuilt_exception, (type(error), args, state, left_out))
+
+
+def rebuilt_exception(
+    kind: type[BaseException], args: tuple[Any, ...], state: dict[str, Any], left_out: list[str]
+) -> BaseException:
+    """An exception of ``kind`` with ``args`` and attributes ``state``, ``__init__`` not
+    called (see ``_exception_bytes``); a note names the attributes that were left out."""
+    error = kind.__new__(kind, *args)
+    error.args = args
+    error.__dict__.update(state)
+    if left_out:
+        error.add_note(
+            f"(not sent by the actor, as they could not be pickled: {', '.join(left_out)})"
+        )
+    return error
 
 
 def error_from_payload(data: Any) -> ActorError:
