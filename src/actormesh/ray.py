@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from ._api._routing import ChoosePolicy, policy_from
+from ._api._routing import ChoosePolicy, NoCapacity, policy_from
 from ._shape import Shape
 
 __all__ = ["ActorMesh", "method"]
@@ -63,21 +63,43 @@ def method(
 
 
 class _Load:
-    """Calls in flight per rank, counted from the ObjectRefs a mesh's ``choose`` made."""
+    """Calls in flight per rank, counted from the ObjectRefs a mesh's ``choose`` made, and
+    the ranks whose actor was found dead (a call of theirs failed with Ray's
+    ``RayActorError``): ``choose`` never picks those again.
+
+    These are facts of this process: a mesh pickled to a Ray task or actor starts there
+    with none (its calls are counted where they are made).
+    """
 
     def __init__(self, count: int) -> None:
         self.in_flight = [0] * count
-        self.lock = threading.Lock()
+        self.dead: set[int] = set()
+        # Notified when a call finishes: a `choose` waiting for capacity looks again.
+        self.changed = threading.Condition()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Load, (len(self.in_flight),))
 
     def started(self, rank: int, ref: Any) -> None:
-        with self.lock:
+        with self.changed:
             self.in_flight[rank] += 1
         refs = ref if isinstance(ref, list) else [ref]
-        refs[0].future().add_done_callback(lambda _: self._finished(rank))
+        refs[0].future().add_done_callback(lambda done: self._finished(rank, done))
 
-    def _finished(self, rank: int) -> None:
-        with self.lock:
+    def _finished(self, rank: int, done: Any) -> None:
+        died = isinstance(_outcome(done), _ray().exceptions.RayActorError)
+        with self.changed:
             self.in_flight[rank] -= 1
+            if died:
+                self.dead.add(rank)
+            self.changed.notify_all()
+
+
+def _outcome(done: Any) -> BaseException | None:
+    try:
+        return done.exception()  # type: ignore[no-any-return]
+    except BaseException as error:  # cancelled
+        return error
 
 
 class _Method:
@@ -92,15 +114,26 @@ class _Method:
         return [getattr(actor, self._name).remote(*args, **kwargs) for actor in self._mesh.actors]
 
     def choose(self, *args: Any, **kwargs: Any) -> Any:
-        """Call one actor, picked by the mesh's policy from its calls in flight; its
-        ObjectRef (does not wait)."""
+        """Call one live actor, picked by the mesh's policy from its calls in flight; its
+        ObjectRef. Does not wait for the call; with ``choose="work_queue"`` and every
+        actor at capacity, waits for one of their calls to finish first."""
         mesh = self._mesh
         if not mesh._ranks:
             raise IndexError("cannot choose from an empty mesh")
         load = mesh._load
-        with load.lock:
-            counts = [load.in_flight[rank] for rank in mesh._ranks]
-        rank = mesh._policy.choose(list(mesh._ranks), counts)
+        with load.changed:
+            while True:
+                live = [rank for rank in mesh._ranks if rank not in load.dead]
+                if not live:
+                    raise _ray().exceptions.RayActorError(
+                        error_msg=f"every actor of {mesh!r} that choose may pick has died"
+                    )
+                try:
+                    rank = mesh._policy.choose(live, [load.in_flight[r] for r in live])
+                    break
+                except NoCapacity:
+                    # A work queue with every actor busy: the call waits for one to finish.
+                    load.changed.wait()
         ref = getattr(mesh._all_actors[rank], self._name).remote(*args, **kwargs)
         load.started(rank, ref)
         return ref
@@ -133,20 +166,23 @@ class _Methods:
         self._mesh = mesh
 
     def __getattr__(self, name: str) -> _Method:
-        if name.startswith("_"):
+        if name.startswith("__"):
             raise AttributeError(name)
         return _Method(self._mesh, name)
 
 
-def _user_class(actor_cls: Any) -> type:
+def _user_class(actor_cls: Any) -> tuple[type, dict[str, Any]]:
+    """The user's class, and the options given to ``@ray.remote(...)`` if it was decorated
+    (``max_concurrency``, ``num_cpus``...): the mesh's actors get them too."""
     # A class already decorated with @ray.remote: the user's class is the base of the
     # one Ray made (ray.remote refuses to wrap it twice).
     metadata = getattr(actor_cls, "__ray_metadata__", None)
     if metadata is not None:
-        return metadata.modified_class.__bases__[0]  # type: ignore[no-any-return]
+        options = dict(getattr(actor_cls, "_default_options", None) or {})
+        return metadata.modified_class.__bases__[0], options
     if not isinstance(actor_cls, type):
         raise TypeError(f"ActorMesh needs a class, not {actor_cls!r}")
-    return actor_cls
+    return actor_cls, {}
 
 
 def _shape_of(shape: int | Sequence[int] | Mapping[str, int]) -> tuple[Any, Shape]:
@@ -203,13 +239,14 @@ class ActorMesh(Generic[T]):
         choose: ChoosePolicy | str = "power_of_two",
     ) -> None:
         ray = _ray()
-        self._actor_cls = _user_class(actor_cls)
+        self._actor_cls, decorated = _user_class(actor_cls)
         self.shape, self._shape = _shape_of(shape)
+        self._policy = policy_from(choose)  # a misspelt policy fails before any actor starts
         count = math.prod(self._shape.sizes)
-        environment = copy.deepcopy(dict(runtime_env or {}))
+        environment = copy.deepcopy(dict(runtime_env or decorated.get("runtime_env") or {}))
         variables = dict(environment.get("env_vars", {}))
         remote = ray.remote(self._actor_cls)
-        reserved = _options(resources_per_actor)
+        reserved = {**decorated, **_options(resources_per_actor)}
         self._all_actors = []
         for rank in range(count):
             env_vars = {
@@ -221,7 +258,6 @@ class ActorMesh(Generic[T]):
             self._all_actors.append(remote.options(**options).remote(*args, **(kwargs or {})))
         self._ranks = tuple(range(count))
         self._load = _Load(count)
-        self._policy = policy_from(choose)
 
     def _view(self, shape: Shape) -> Any:
         if not shape.labels:
@@ -249,9 +285,13 @@ class ActorMesh(Generic[T]):
         return len(self._ranks)
 
     def __getattr__(self, name: str) -> _Method:
-        # ``mesh.f.all()`` without ``.methods``, for the class' own methods.
-        if name.startswith("_") or not callable(getattr(self._actor_cls, name, None)):
+        # ``mesh.f.all()`` without ``.methods``, for the class' own methods. (Read through
+        # __dict__: pickle probes attributes of an instance it has not filled in yet.)
+        cls = self.__dict__.get("_actor_cls")
+        if cls is None or name.startswith("__"):
             raise AttributeError(name)
+        if name.startswith("_") or not callable(getattr(cls, name, None)):
+            raise AttributeError(f"{cls.__qualname__} has no method {name!r} to call on the mesh")
         return _Method(self, name)
 
     def __getitem__(self, key: Any) -> Any:

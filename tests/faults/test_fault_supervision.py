@@ -100,20 +100,33 @@ def test_an_actor_without_a_hook_escalates_too_and_is_dropped(
     assert workers.slice(gpus=1).echo.call_one(2).get(timeout=10) == 2
 
 
-def test_a_failing_init_fails_the_spawn_with_the_remote_traceback(
+def test_a_failing_init_fails_the_spawn_and_is_a_failure_of_that_rank_only(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:
+    bad = procs.spawn("bad", FailingInit, 1)
     with pytest.raises(ActorInitError) as caught:
-        procs.spawn("bad", FailingInit, 1).initialized.get(timeout=30)
+        bad.initialized.get(timeout=30)
     error = caught.value
     assert isinstance(error, RuntimeError)
     assert "rank 1 refuses to start" in str(error)
     assert error.point == {"gpus": 1}
     assert "raise RuntimeError" in error.remote_traceback
-    # The processes serve on: a new mesh spawns fine, and no failure was reported twice.
+    # Its owner heard of it once, as a failure of rank 1 (the spawn's error was set after).
+    [failure] = failures
+    assert (failure.mesh, failure.ranks, failure.kind) == ("bad", (1,), "init")
+    assert failure.error is error
+    for _ in range(2):  # every time: calls that include rank 1 raise its error
+        with pytest.raises(ActorInitError, match="rank 1 refuses to start"):
+            bad.ping.call().get(timeout=10)
+        with pytest.raises(ActorInitError):
+            bad.slice(gpus=1).ping.call_one().get(timeout=10)
+        # A slice without it serves on, and choose never picks it.
+        assert bad.slice(gpus=0).ping.call_one().get(timeout=10) == "pong"
+        assert bad.ping.choose().get(timeout=10) == "pong"
+    # The processes serve on: a new mesh spawns fine, and nothing more was reported.
     good = procs.spawn("good", FailingInit, 7)
     assert list(good.ping.call().get(timeout=10).values()) == ["pong", "pong"]
-    assert failures == []
+    assert len(failures) == 1
 
 
 def test_without_a_hook_calls_that_include_a_dead_rank_raise_and_the_others_work(

@@ -70,6 +70,7 @@ SCRIPT = """
             await appliers.slice(gpus=1).fail.call_one()
         except MainError as error:
             print("caught:", type(error.cause).__name__, error.cause is not None)
+            print("remote traceback:", error.remote_traceback)
         local = await procs.spawn("local", build_local_actor())
         print("local class:", list((await local.hello.call()).values()))
         await procs.stop()
@@ -90,6 +91,11 @@ def test_classes_and_functions_of_the_main_script_run_in_the_workers(tmp_path: P
     assert "local class: ['local 0', 'local 1']" in lines
     # An exception class of the script reaches the controller as that very class.
     assert "caught: MainError True" in lines
+    # Its frames name the script and show its lines, though the code travelled by value.
+    script = tmp_path / "script.py"
+    assert f'File "{script}", line' in done.stdout
+    assert 'raise MainError("defined in the script")' in done.stdout
+    assert "<dynamic-code>" not in done.stdout
 
 
 PACKAGE_USER = """

@@ -105,3 +105,35 @@ class Generator:
     def load(self, state: dict[str, torch.Tensor]) -> float:
         self.weights = state["w"].clone()
         return float(self.weights.sum())
+
+
+class Pusher:
+    """Holds a mesh of generators (handed to its constructor) and calls it itself."""
+
+    def __init__(self, generators: ActorMesh[Any]) -> None:
+        self.generators = generators
+
+    @method
+    def push(self, state: dict[str, torch.Tensor]) -> list[float]:
+        import ray
+
+        return ray.get(self.generators.methods.load.all(state))  # type: ignore[no-any-return]
+
+    @method
+    def push_to(self, generators: ActorMesh[Any], state: dict[str, torch.Tensor]) -> float:
+        """Through a mesh passed as an argument: its own ``choose``."""
+        import ray
+
+        return ray.get(generators.methods.load.choose(state))  # type: ignore[no-any-return]
+
+
+class Entering:
+    """Marks each call's start in a directory, then holds until a gate opens."""
+
+    @method
+    def enter_and_hold(self, directory: str, name: str, gate: str) -> str:
+        Path(directory, name).touch()
+        end = time.monotonic() + 60
+        while not Path(gate).exists() and time.monotonic() < end:
+            time.sleep(0.01)
+        return name

@@ -7,14 +7,16 @@ tasks. The review's asks (``mesh.f.all()``, ``mesh[1, 0]``, ``mesh[1, :]``, load
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from ray_actors import Generator, Member, Trainer
+from ray_actors import Entering, Generator, Member, Pusher, Trainer
 
 from actormesh.ray import ActorMesh, method
+from actormesh.testing import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -193,6 +195,8 @@ def test_bad_shapes_fail_clearly_before_any_actor_starts(ray_cluster: Any) -> No
         ActorMesh(Member, (), {}, shape=(2, "3"))
     with pytest.raises(TypeError, match=r"shape must be an int, a tuple of ints .* not 2\.5"):
         ActorMesh(Member, (), {}, shape=2.5)
+    with pytest.raises(ValueError, match="least_loded"):  # checked before actors start
+        ActorMesh(Member, (), {}, shape=(2,), choose="least_loded")
 
 
 def test_method_takes_every_form_of_the_decorator() -> None:
@@ -211,3 +215,68 @@ def test_method_takes_every_form_of_the_decorator() -> None:
 
     assert Plain().a() == 1 and Plain().b() == 2 and Plain().c() == (3, 4)
     assert Plain.a._dispatch_fn is None  # type: ignore[attr-defined]
+
+
+def test_a_mesh_travels_to_ray_actors_and_they_call_it(ray_cluster: Any) -> None:
+    # DESIGN: actors hold references to other meshes and call them directly.
+    generators = ActorMesh(Generator, (), {}, shape=(2,), resources_per_actor={"CPU": 0.1})
+    pusher = ActorMesh(Pusher, (generators,), {}, shape=1, resources_per_actor={"CPU": 0.1})
+    try:
+        state = {"w": torch.ones(16)}
+        assert ray_cluster.get(pusher.methods.push.all(state)) == [[16.0, 16.0]]
+        assert ray_cluster.get(pusher.methods.push_to.all(generators[0:1], state)) == [16.0]
+        copy = pickle.loads(pickle.dumps(generators))  # its own load counts, none yet
+        assert ray_cluster.get(copy.methods.load.choose(state)) == 16.0
+    finally:
+        pusher.kill()
+        generators.kill()
+
+
+def test_a_work_queue_choose_waits_for_a_free_actor_instead_of_failing(ray_cluster: Any) -> None:
+    members = ActorMesh(
+        Member, (), {}, shape=(2,), resources_per_actor={"CPU": 0.1}, choose="work_queue"
+    )
+    try:
+        ray_cluster.get(members.methods.whoami.all())
+        first = [members.methods.f.choose(i) for i in range(2)]  # one per actor
+        third = members.methods.f.choose(2)  # both busy: waits for one to finish
+        ready, _ = ray_cluster.wait(first, num_returns=1, timeout=0)
+        assert len(ready) >= 1
+        assert ray_cluster.get([*first, third], timeout=60) == [0, 1, 2]
+    finally:
+        members.kill()
+
+
+def test_choose_stops_picking_an_actor_found_dead(ray_cluster: Any) -> None:
+    members = ActorMesh(
+        Member, (), {}, shape=(2,), resources_per_actor={"CPU": 0.1}, choose="round_robin"
+    )
+    try:
+        ray_cluster.get(members.methods.whoami.all())
+        ray_cluster.kill(members.actors[1])
+        failed = 0
+        for _ in range(6):
+            try:
+                assert ray_cluster.get(members.methods.whoami.choose(), timeout=60) == 0
+            except ray_cluster.exceptions.RayActorError:
+                failed += 1  # the call that finds it dead; no later one goes there
+        assert failed <= 1
+    finally:
+        members.kill()
+
+
+def test_the_options_of_a_ray_remote_class_reach_the_mesh_actors(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    decorated = ray_cluster.remote(max_concurrency=2)(Entering)
+    mesh = ActorMesh(decorated, (), {}, shape=1, resources_per_actor={"CPU": 0.1})
+    gate = tmp_path / "gate"
+    try:
+        refs = [mesh.methods.enter_and_hold.all(str(tmp_path), name, str(gate)) for name in "ab"]
+        # Both run at once (one at a time, the second would wait for the gate).
+        wait_until(lambda: (tmp_path / "a").exists() and (tmp_path / "b").exists(), 60, "both")
+        gate.touch()
+        assert ray_cluster.get([ref for pair in refs for ref in pair], timeout=60) == ["a", "b"]
+    finally:
+        gate.touch()
+        mesh.kill()

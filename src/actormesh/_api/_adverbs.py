@@ -188,7 +188,7 @@ class _Request:
                 self._value(rank, value)
         else:
             raised = raised_error(parts[0])
-            init_error = self.state.init_error
+            init_error = self.state.init_errors.get(rank)
             if (
                 init_error is not None
                 and isinstance(raised, MeshStoppedError)

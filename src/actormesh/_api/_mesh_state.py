@@ -18,9 +18,10 @@ from .._exceptions import MeshStoppedError, SupervisionError
 __all__ = ["DEATHS", "Failure", "MeshState", "all_states", "state_of"]
 
 # Failure kinds after which the ranks are gone for good (not restarted): a process died;
+# an actor's ``__init__`` raised ("init");
 # an endpoint raised with no caller to answer ("broadcast"), or an owner did not handle a
 # failure of a mesh it owns ("unhandled"), after which, as in Monarch, the actor is dropped.
-DEATHS = frozenset({"died", "restart_failed", "broadcast", "unhandled"})
+DEATHS = frozenset({"died", "restart_failed", "broadcast", "unhandled", "init"})
 
 _LATENCY_WINDOW = 1024
 
@@ -79,9 +80,10 @@ class MeshState:
         self.name = name
         self.paths = paths
         self.stopped = False
-        # The spawn's future (its __init__ calls), and the first __init__ error if any.
+        # The spawn's future (its __init__ calls), and the ranks whose __init__ raised,
+        # with what (calls that include one raise it; the other ranks serve on).
         self.initialized: Any = None
-        self.init_error: BaseException | None = None
+        self.init_errors: dict[int, BaseException] = {}
         self.choose: Any = "power_of_two"
         self.dead: dict[int, str] = {}
         self.unhandled: list[Failure] = []
@@ -107,8 +109,11 @@ class MeshState:
     def check_usable(self, ranks: tuple[int, ...] | list[int]) -> None:
         """Raise if a call to ``ranks`` may not go out: the mesh was stopped, or one of
         them has a failure nobody handled (see ``_supervision`` for the rule)."""
-        if self.init_error is not None:
-            raise self.init_error
+        if self.init_errors:
+            for rank in ranks:
+                error = self.init_errors.get(rank)
+                if error is not None:
+                    raise error
         if self.stopped:
             raise MeshStoppedError(f"actor mesh '{self.name}' was stopped")
         if not self.unhandled:

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from .. import _observe
 from .._core import dumps
 from .._core._envelope import SPAWN, STOP_MESH
-from .._exceptions import ActorClassError, ActorDiedError, MeshStoppedError
+from .._exceptions import ActorClassError, ActorDiedError, ActorInitError, MeshStoppedError
 from .._hosts import ChildProcess, Runtime
 from .._hosts._remote import Status
 from .._hosts._setup import ProcessSetup, prepare
@@ -34,7 +34,7 @@ from ._actor_mesh import ActorMesh, MeshRef, _StopRequest
 from ._adverbs import _Gather
 from ._allocator import Allocator, LocalAllocator, ProcessSpec
 from ._future import Future, resolved
-from ._mesh_state import all_states
+from ._mesh_state import Failure, all_states
 
 __all__ = ["ProcMesh", "managed", "own_process", "proc_mesh", "process_specs"]
 
@@ -89,8 +89,9 @@ class ProcMesh(Shaped):
         Returns the ``ActorMesh`` at once (typed as the actor class, so endpoints
         type-check); calls made on it right away wait for the actors to be built.
         ``await mesh`` or ``mesh.initialized.get()`` waits for every ``__init__``: if one
-        raised, that fails with ``ActorInitError``, the actors that did start are dropped,
-        and calls on the mesh raise it too.
+        raised, that fails with ``ActorInitError``; the failure of those ranks also goes
+        to the mesh's owner (see ``_supervision``), calls that include them raise it, and
+        a slice without them serves on.
         """
         if self._processes.stopped:
             raise MeshStoppedError(f"process mesh '{self._processes.name}' was stopped")
@@ -252,11 +253,13 @@ async def _awaited(future: Future[None]) -> None:
 
 
 class _Spawn(_Gather):
-    """Gathers each rank's construction; any ``__init__`` error fails the whole spawn."""
+    """Gathers each rank's construction. Any error fails the spawn's future; a rank whose
+    ``__init__`` raised is a failure of the mesh, reported to its owner, and calls that
+    include it raise its ``ActorInitError`` while the other ranks serve on."""
 
     def __init__(self, mesh: ActorMesh[Any]) -> None:
         super().__init__(mesh, "__init__")
-        self.init_errors: list[BaseException] = []
+        self.errors: dict[int, BaseException] = {}
 
     routed = False  # answers come back on the runtime's connection, which watches them
 
@@ -264,15 +267,23 @@ class _Spawn(_Gather):
         return (SPAWN, self.req_id, self.ref.mesh_id, ranks)
 
     def _error(self, rank: int, error: BaseException) -> None:
-        self.init_errors.append(error)
+        self.errors[rank] = error
 
     def _complete(self) -> None:
-        if self.init_errors:
-            self.state.init_error = self.init_errors[0]
-            self.mesh.stop()
-            self.future._set_exception(self.init_errors[0])
-        else:
+        if not self.errors:
             self.future._set_result(None)
+            return
+        # Recorded before anyone waiting hears of it, so a call made after sees it.
+        # (A rank whose process died is reported as that death, by the runtime.)
+        failed = {r: e for r, e in self.errors.items() if isinstance(e, ActorInitError)}
+        self.state.init_errors.update(failed)
+        for rank, error in failed.items():
+            self.state.dead.setdefault(rank, f"its __init__ raised {error.cause_type}")
+        if failed:
+            first = failed[min(failed)]
+            failure = Failure(self.ref.name, tuple(sorted(failed)), "init", first)
+            _supervision.report(self.state, failure)
+        self.future._set_exception(self.errors[min(self.errors)])
 
 
 def proc_mesh(

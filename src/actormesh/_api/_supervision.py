@@ -7,7 +7,8 @@ process meshes and spawn in them). Failures that no pending call is waiting for 
 - a worker process died (crash, kill, missed heartbeats): one failure per mesh it hosted,
   reported by the runtime that started the process (that is, in the owner's process);
 - an endpoint called with ``broadcast`` raised: reported to the process that broadcast;
-- an actor that owns meshes did not handle one of their failures (below).
+- an actor that owns meshes did not handle one of their failures (below);
+- an actor's ``__init__`` raised (below).
 
 An owning actor may define ``__supervise__(self, failure) -> bool``. It runs like a
 message to that actor (on its thread for a ``def``, on its loop for an ``async def``, in
@@ -30,9 +31,10 @@ A controller never learns of a failure only by noticing that something is missin
 a hook, the hook decides; calls that include a dead rank then fail with
 ``ActorDiedError``.
 
-Spawning is not supervised this way: a failing ``__init__`` is raised, as
-``ActorInitError``, by ``mesh.initialized`` (and awaiting the mesh) and by every call to
-the mesh, since the caller of ``spawn`` got the mesh before any ``__init__`` ran.
+A failing ``__init__`` is a failure too (kind "init"): reported like the others, and
+raised as ``ActorInitError`` by ``mesh.initialized`` (and awaiting the mesh), since the
+caller of ``spawn`` got the mesh before any ``__init__`` ran. Calls that include such a
+rank raise its ``ActorInitError`` rather than ``SupervisionError``, hook or not.
 """
 
 from __future__ import annotations

@@ -152,18 +152,21 @@ def error_payload(
     endpoint: str,
     init: bool = False,
     as_sent: bool = False,
+    rebuild: bool = True,
 ) -> bytes:
     """Describe an exception raised in an actor so the caller can rebuild it.
 
     ``as_sent``: the error was sent on purpose (``port.exception(e)``): the caller raises
-    the exception itself, not an ``ActorError`` around it.
+    the exception itself, not an ``ActorError`` around it. ``rebuild``: an exception that
+    does not unpickle as it is may be sent as its parts (see ``_exception_bytes``); the
+    RPC layer says no, as torch raises a ``RuntimeError`` for those.
 
     The exception object travels as a nested pickle, so a type the caller cannot import
     still leaves the type name, message and traceback readable. It is pickled like call
     values, so an exception class defined in the driver's ``__main__`` travels by value
     and arrives as that class.
     """
-    exc_bytes = _exception_bytes(error)
+    exc_bytes = _exception_bytes(error) if rebuild else _pickled(error)
     kind = type(error)
     record = {
         "exc": exc_bytes,

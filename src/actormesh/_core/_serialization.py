@@ -12,6 +12,8 @@ only when torch is already imported by the program.
 
 from __future__ import annotations
 
+import collections
+import functools
 import io
 import pickle
 import sys
@@ -37,9 +39,7 @@ class _Pickler(pickle.Pickler):
         kind = type(obj)
         if kind is types.FunctionType or isinstance(obj, type):
             if _by_value(obj):
-                import cloudpickle
-
-                return pickle.loads, (cloudpickle.dumps(obj, protocol=5),)
+                return pickle.loads, (_pickled_by_value(obj),)
             return NotImplemented
         if "torch" in sys.modules and kind.__module__.startswith("torch"):
             from ._tensors import reduce_tensor
@@ -52,6 +52,36 @@ class _Pickler(pickle.Pickler):
         if kind is _LargeBytes:
             return obj.kind, (pickle.PickleBuffer(obj.data),)
         return NotImplemented
+
+
+def _pickled_by_value(obj: Any) -> bytes:
+    """``obj`` pickled with cloudpickle, its code keeping the file it came from.
+
+    cloudpickle names the file of every code object it pickles ``<dynamic-code>``; an
+    actor defined in the program's ``__main__`` would then show its frames in remote
+    tracebacks without a path or a source line. Its own code reducer is kept, with the
+    real file name put back.
+    """
+    stream = io.BytesIO()
+    _code_keeping_pickler()(stream, protocol=5).dump(obj)
+    return stream.getvalue()
+
+
+@functools.cache
+def _code_keeping_pickler() -> type[pickle.Pickler]:
+    import cloudpickle
+
+    table = collections.ChainMap(
+        {types.CodeType: _code_reduce_keeping_file}, cloudpickle.Pickler.dispatch_table
+    )
+    return type("CodeKeepingPickler", (cloudpickle.Pickler,), {"dispatch_table": table})
+
+
+def _code_reduce_keeping_file(code: types.CodeType) -> Any:
+    from cloudpickle import cloudpickle as internals
+
+    rebuild, args = internals._code_reduce(code)
+    return rebuild, tuple(code.co_filename if arg == "<dynamic-code>" else arg for arg in args)
 
 
 # The C pickler writes bytes and bytearray in-band before any hook can see them, so a

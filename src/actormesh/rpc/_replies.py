@@ -38,7 +38,9 @@ def encode_reply(state: RpcState, value: Any, dest: int, ctx: Context | None) ->
 
 def failure_reply(state: RpcState, error: BaseException, what: str) -> tuple[Any, ...]:
     """The reply saying that ``what`` (a function's name) raised ``error``."""
-    payload = error_payload(error, mesh=state.me.name, point={"rank": state.me.id}, endpoint=what)
+    payload = error_payload(
+        error, mesh=state.me.name, point={"rank": state.me.id}, endpoint=what, rebuild=False
+    )
     return (False, payload)
 
 
