@@ -124,3 +124,18 @@ def test_unpicklable_result_fails_the_call_not_the_actor(echo: ActorMesh[Echo]) 
     assert isinstance(error, SerializationError)
     assert "lock" in str(error)
     assert echo[0, 0].async_echo.call_one(1).get(timeout=30) == ("async", 1, "echo")
+
+
+def test_an_actor_calling_a_mesh_whose_processes_were_stopped_hears_they_exited(
+    procs: ProcMesh,
+) -> None:
+    from actormesh import ActorDiedError, proc_mesh
+
+    relay = procs.spawn("stopped_target_caller", Relay)
+    others = proc_mesh(gpus=1).get(timeout=30)
+    target = others.spawn("short_lived", Echo)
+    assert relay[0, 0].relay.call_one(target, 1).get(timeout=30)[1] == 1
+    others.stop().get(timeout=30)
+    error = raised(relay[0, 0].relay.call_one(target, 2))
+    assert isinstance(error.cause, ActorDiedError)
+    assert "it has exited: its mesh was stopped, or it died" in str(error)

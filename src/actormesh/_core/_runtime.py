@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import errno
 import itertools
 import logging
 import os
@@ -490,6 +491,10 @@ class CoreRuntime(Hosting):
             return connect_address(path, secret=self.secret)
         except OSError as error:
             reason = f"cannot reach the process at {path}: {error.strerror or error}"
+            if error.errno in (errno.ECONNREFUSED, errno.ENOENT):
+                # Nobody listens there: the process is gone. Whether its mesh was stopped
+                # (by its owner) or it died, only the owner knows; say both.
+                reason += " (it has exited: its mesh was stopped, or it died)"
             raise ActorDiedError(reason, reason=reason) from None
 
     # -- requests -----------------------------------------------------------------------
