@@ -7,6 +7,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from faults_actors import BadReturns, HoldsALock, HttpError, Worker
@@ -133,24 +134,27 @@ def test_an_exception_that_cannot_be_unpickled_still_arrives_readable(procs: Pro
     assert mesh.slice(gpus=0).ping.call_one().get(timeout=10) == "pong"
 
 
+def _raised_by(procs: ProcMesh, endpoint: str, kind: type[BaseException]) -> Any:
+    """What calling ``endpoint`` of a fresh ``BadReturns`` raises (it must be a ``kind``)."""
+    mesh = procs.spawn(endpoint, BadReturns)
+    with pytest.raises(kind) as caught:
+        getattr(mesh.slice(gpus=0), endpoint).call_one().get(timeout=10)
+    return caught.value
+
+
 def test_an_exception_whose_init_takes_other_arguments_arrives_as_its_type(
     procs: ProcMesh,
 ) -> None:
-    mesh = procs.spawn("http", BadReturns)
-    with pytest.raises(HttpError) as caught:
-        mesh.slice(gpus=0).raise_http_error.call_one().get(timeout=10)
-    assert isinstance(caught.value, ActorError)
-    assert (caught.value.status, caught.value.url) == (503, "http://example/x")
-    assert "503 for http://example/x" in str(caught.value)
+    error = _raised_by(procs, "raise_http_error", HttpError)
+    assert isinstance(error, ActorError)
+    assert (error.status, error.url) == (503, "http://example/x")
+    assert "503 for http://example/x" in str(error)
 
 
 def test_an_exception_holding_what_cannot_be_pickled_arrives_without_it(
     procs: ProcMesh,
 ) -> None:
-    mesh = procs.spawn("locked", BadReturns)
-    with pytest.raises(HoldsALock) as caught:
-        mesh.slice(gpus=0).raise_holding_a_lock.call_one().get(timeout=10)
-    cause = caught.value.cause
+    cause = _raised_by(procs, "raise_holding_a_lock", HoldsALock).cause
     assert isinstance(cause, HoldsALock) and cause.code == 7 and not hasattr(cause, "lock")
     assert "could not be pickled: lock" in " ".join(cause.__notes__)
 
