@@ -65,7 +65,8 @@ def method(
 class _Load:
     """Calls in flight per rank, counted from the ObjectRefs a mesh's ``choose`` made, and
     the ranks whose actor was found dead (a call of theirs failed with Ray's
-    ``RayActorError``): ``choose`` never picks those again.
+    ``ActorDiedError``, not a temporary ``ActorUnavailableError``): ``choose`` does not
+    pick those while that holds (a later call of theirs that succeeds clears it).
 
     These are facts of this process: a mesh pickled to a Ray task or actor starts there
     with none (its calls are counted where they are made).
@@ -80,18 +81,19 @@ class _Load:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Load, (len(self.in_flight),))
 
-    def started(self, rank: int, ref: Any) -> None:
-        with self.changed:
-            self.in_flight[rank] += 1
+    def watch(self, rank: int, ref: Any) -> None:
+        """Count ``ref``'s call (already added to ``in_flight[rank]``) done when it is."""
         refs = ref if isinstance(ref, list) else [ref]
-        refs[0].future().add_done_callback(lambda done: self._finished(rank, done))
+        refs[0].future().add_done_callback(lambda done: self.finished(rank, _outcome(done)))
 
-    def _finished(self, rank: int, done: Any) -> None:
-        died = isinstance(_outcome(done), _ray().exceptions.RayActorError)
+    def finished(self, rank: int, error: BaseException | None) -> None:
+        died = isinstance(error, _ray().exceptions.ActorDiedError)
         with self.changed:
             self.in_flight[rank] -= 1
             if died:
                 self.dead.add(rank)
+            elif error is None:
+                self.dead.discard(rank)
             self.changed.notify_all()
 
 
@@ -130,12 +132,19 @@ class _Method:
                     )
                 try:
                     rank = mesh._policy.choose(live, [load.in_flight[r] for r in live])
-                    break
                 except NoCapacity:
                     # A work queue with every actor busy: the call waits for one to finish.
                     load.changed.wait()
-        ref = getattr(mesh._all_actors[rank], self._name).remote(*args, **kwargs)
-        load.started(rank, ref)
+                    continue
+                # Counted before the lock is let go: a concurrent choose sees this call.
+                load.in_flight[rank] += 1
+                break
+        try:
+            ref = getattr(mesh._all_actors[rank], self._name).remote(*args, **kwargs)
+        except BaseException as error:
+            load.finished(rank, error)
+            raise
+        load.watch(rank, ref)
         return ref
 
     def shard(self, *args: Any, **kwargs: Any) -> Any:

@@ -236,6 +236,41 @@ class FailingInit(Actor):
         return "pong"
 
 
+class FailsFastOthersSlow(Actor):
+    """The bad rank fails at once; the others take a while to start (calls made to the
+    bad rank meanwhile are answered before the spawn is complete)."""
+
+    def __init__(self, bad_rank: int) -> None:
+        if current_rank().rank == bad_rank:
+            raise RuntimeError(f"rank {bad_rank} refuses to start")
+        time.sleep(0.3)
+
+    @endpoint
+    def ping(self) -> str:
+        return "pong"
+
+
+class Spawner(Actor):
+    """Spawns a mesh whose ``__init__`` fails at rank 1 and handles the error itself
+    (no ``__supervise__``)."""
+
+    @endpoint
+    async def spawn_and_handle(self) -> str:
+        procs = await proc_mesh(gpus=2, name="spawned")
+        child = procs.spawn("child", FailingInit, 1)
+        try:
+            await child.initialized
+        except actormesh.ActorInitError as error:
+            return f"handled {type(error.cause).__name__}"
+        finally:
+            await procs.stop()
+        return "no error"
+
+    @endpoint
+    def ping(self) -> str:
+        return "pong"
+
+
 class Supervisor(Actor):
     """Owns a child mesh; ``__supervise__`` records failures and handles them or not."""
 

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults_actors import Counter, Relay, RestartRefuser
+from faults_actors import Counter, FailingInit, Relay, RestartRefuser
 from faults_support import gone
 
 import actormesh
-from actormesh import ActorDiedError, ActorMesh, ProcMesh, proc_mesh
+from actormesh import ActorDiedError, ActorInitError, ActorMesh, ProcMesh, proc_mesh
 from actormesh.testing import wait_until
 
 
@@ -108,3 +108,21 @@ def test_a_restart_whose_init_fails_is_reported_and_the_rank_stays_dead(
     assert (failure.mesh, failure.ranks, failure.kind) == ("refusers", (1,), "restart_failed")
     assert "no second life" in str(failure.error)
     assert mesh.slice(gpus=0).pid.call_one().get(timeout=10) != pid
+
+
+def test_a_restart_does_not_rebuild_a_rank_whose_init_failed_nor_fail_the_others(
+    procs: ProcMesh, tmp_path: Path, failures: list[actormesh.Failure]
+) -> None:
+    healthy = procs.spawn("healthy", Counter, 0, str(tmp_path))
+    broken = procs.spawn("broken_at_1", FailingInit, 1)
+    with pytest.raises(ActorInitError):
+        broken.initialized.get(timeout=30)
+    assert [(f.mesh, f.kind) for f in failures] == [("broken_at_1", "init")]
+    old = kill_rank(healthy, 1)
+    state = healthy.slice(gpus=1).state.call_one().get(timeout=30)  # waits for the restart
+    assert state["pid"] != old
+    assert [(f.mesh, f.kind) for f in failures] == [("broken_at_1", "init")]  # no more
+    assert healthy._state.dead == {}
+    with pytest.raises(ActorInitError):
+        broken.slice(gpus=1).ping.call_one().get(timeout=10)
+    assert broken.slice(gpus=0).ping.call_one().get(timeout=10) == "pong"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Iterator
 
 import pytest
-from faults_actors import FailingInit, Supervisor, Worker
+from faults_actors import FailingInit, FailsFastOthersSlow, Spawner, Supervisor, Worker
 from faults_support import gone
 
 import actormesh
@@ -127,6 +128,36 @@ def test_a_failing_init_fails_the_spawn_and_is_a_failure_of_that_rank_only(
     good = procs.spawn("good", FailingInit, 7)
     assert list(good.ping.call().get(timeout=10).values()) == ["pong", "pong"]
     assert len(failures) == 1
+
+
+def test_calls_answered_by_a_rank_whose_init_failed_do_not_make_it_live_again(
+    procs: ProcMesh, failures: list[actormesh.Failure]
+) -> None:
+    # Calls sent while the spawn gathers: rank 1's process answers them (with the init
+    # error) around the time the spawn completes; choose must still never pick rank 1.
+    for attempt in range(3):
+        mesh = procs.spawn(f"racing{attempt}", FailsFastOthersSlow, 1)
+        sent = []
+        while not mesh._state.init_errors and len(sent) < 5000:
+            with contextlib.suppress(ActorInitError):
+                sent.append(mesh.slice(gpus=1).ping.call_one())
+        for call in sent:
+            with contextlib.suppress(ActorInitError):
+                call.get(timeout=10)
+        with pytest.raises(ActorInitError):
+            mesh.initialized.get(timeout=10)
+        for _ in range(4):
+            assert mesh.ping.choose().get(timeout=10) == "pong"
+        assert 1 in mesh._state.dead
+
+
+def test_an_owner_that_handles_its_spawns_init_error_itself_is_not_dropped(
+    procs: ProcMesh, failures: list[actormesh.Failure]
+) -> None:
+    spawner = procs.spawn("spawner", Spawner).slice(gpus=0)
+    assert spawner.spawn_and_handle.call_one().get(timeout=60) == "handled RuntimeError"
+    assert spawner.ping.call_one().get(timeout=10) == "pong"
+    assert failures == []  # the spawner was the owner: nothing went up
 
 
 def test_without_a_hook_calls_that_include_a_dead_rank_raise_and_the_others_work(

@@ -168,8 +168,10 @@ class _Request:
         started = self.started.pop(rank, None)
         if started is not None:
             self.state.finished(rank, started, ok)
-        if self.state.dead:
-            self.state.dead.pop(rank, None)  # it answered: alive (restarted, say)
+        if self.state.dead and rank not in self.state.init_errors:
+            # It answered: alive (restarted, say). Not a rank whose __init__ raised: its
+            # process answers for it, and it stays gone.
+            self.state.dead.pop(rank, None)
         if ok:
             try:
                 value = loads(parts[0], parts[1:])

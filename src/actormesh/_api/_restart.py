@@ -141,7 +141,13 @@ class Restarter:
             state = mesh._state
             if state.stopped:
                 continue
-            ranks = tuple(rank for rank, at in enumerate(mesh._ref.paths) if at == path)
+            # A rank whose __init__ raised is gone for good (it was a failure of its own,
+            # reported then): a restart of its process does not build it again.
+            ranks = tuple(
+                rank
+                for rank, at in enumerate(mesh._ref.paths)
+                if at == path and rank not in state.init_errors
+            )
             if not ranks:
                 continue
             request = _Respawn(mesh, ranks)

@@ -34,7 +34,9 @@ a hook, the hook decides; calls that include a dead rank then fail with
 A failing ``__init__`` is a failure too (kind "init"): reported like the others, and
 raised as ``ActorInitError`` by ``mesh.initialized`` (and awaiting the mesh), since the
 caller of ``spawn`` got the mesh before any ``__init__`` ran. Calls that include such a
-rank raise its ``ActorInitError`` rather than ``SupervisionError``, hook or not.
+rank raise its ``ActorInitError`` rather than ``SupervisionError``, hook or not. An
+owning actor's ``__supervise__`` hears of it, but one that does not handle it is not
+dropped and nothing goes up: it is the spawner, and the spawn raised the error to it.
 """
 
 from __future__ import annotations
@@ -189,6 +191,12 @@ class _Supervise:
         self.fail(error)
 
     def _up(self, why: BaseException | None) -> None:
+        if self.failure.kind == "init":
+            # The owner spawned that mesh, and the spawn raised the error to it (awaiting
+            # the mesh, and every call that includes those ranks): a failure it did not
+            # handle here neither goes up nor makes the owner fail with it.
+            log.info("failure of mesh '%s' left to its spawner: %s", self.failure.mesh, why)
+            return
         # Any thread (the actor's, for a def hook): escalation sends from the loop.
         self.runtime.call_soon(self._escalate, why)
 
