@@ -682,6 +682,19 @@ def join_as(rank: int, world_size: int, names: list[str], ranks: list[int]) -> A
     return "joined"
 
 
+def join_a_bigger_group(rank: int, world_size: int, claimed: int) -> Any:
+    """Join a group of ``claimed`` workers (more than are started); what happened."""
+    from actormesh import rpc
+
+    options = rpc.TensorPipeRpcBackendOptions(rpc_timeout=3)
+    try:
+        rpc.init_rpc(f"w{rank}", rank=rank, world_size=claimed, rpc_backend_options=options)
+    except Exception as error:
+        return [type(error).__name__, str(error)]
+    rpc.shutdown()
+    return "joined"
+
+
 def _timed_shutdown(ns: SimpleNamespace) -> list[Any]:
     """A graceful shutdown: ``[error type, message, seconds]``, or ``["no error"]``."""
     started = time.monotonic()

@@ -166,6 +166,14 @@ def test_missing_peers_time_out_naming_their_ranks() -> None:
     rpc.shutdown()
 
 
+def test_every_worker_that_came_hears_which_ranks_did_not() -> None:
+    results = run_group(rpc_programs.join_a_bigger_group, 2, 3, timeout=60)
+    for rank in (0, 1):
+        kind, message = results[rank]
+        assert kind == "RpcTimeoutError", (rank, message)
+        assert "rank(s) [2] did not join" in message, (rank, message)
+
+
 def test_env_rendezvous_needs_master_addr_and_port(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     monkeypatch.delenv("MASTER_PORT", raising=False)

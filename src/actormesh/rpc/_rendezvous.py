@@ -232,10 +232,14 @@ def _serve(
                 if problem:
                     break
                 missing = sorted(set(range(me.world_size)) - set(members))
-                raise RpcTimeoutError(
-                    f"init_rpc: rank(s) {missing} did not join the rendezvous at "
+                why = (
+                    f"rank(s) {missing} did not join the rendezvous at "
                     f"{address[0]}:{address[1]} within {timeout:g} s"
-                ) from None
+                )
+                # Those who came hear the same (not just a closed connection).
+                for sock in peers:
+                    _send_quietly(sock, {"error": why, "timeout": True})
+                raise RpcTimeoutError(f"init_rpc: {why}") from None
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
                 member = Member(**record)
@@ -308,7 +312,9 @@ def _join(
     with sock:
         try:
             _send(sock, asdict(me))
-            reply = _recv(sock, deadline)
+            # A little past our own deadline: rank 0, whose wait may have started later,
+            # says who did not come when its own ends.
+            reply = _recv(sock, None if deadline is None else deadline + _REASON_GRACE)
         except TimeoutError:
             raise RpcTimeoutError(
                 f"init_rpc: rank {me.rank} joined the rendezvous at {address[0]}:{address[1]}"
@@ -319,10 +325,15 @@ def _join(
                 f"init_rpc: the rendezvous at {address[0]}:{address[1]} failed: {error}"
             ) from None
     if "error" in reply:
-        raise RendezvousError(f"init_rpc: {reply['error']}")
+        kind = RpcTimeoutError if reply.get("timeout") else RendezvousError
+        raise kind(f"init_rpc: {reply['error']}")
     records: list[dict[str, Any]] = reply["members"]
     secret = reply.get("secret")
     return [Member(**record) for record in records], str(secret) if secret else None
+
+
+# Seconds a joined rank waits past its own deadline for rank 0's verdict.
+_REASON_GRACE = 2.0
 
 
 def _connect(address: tuple[str, int], deadline: float | None) -> socket.socket | None:
