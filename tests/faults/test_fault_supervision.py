@@ -192,6 +192,18 @@ def test_an_unhandled_broadcast_failure_drops_the_actor_and_fails_calls_to_it(
             workers.echo.call(value)
 
 
+def test_a_call_to_several_failed_ranks_names_them_all(procs: ProcMesh) -> None:
+    actormesh.set_failure_hook(None)
+    workers = procs.spawn("both_loud", Worker)
+    workers.fail.broadcast("everyone boom")
+    wait_until(lambda: len(workers._state.unhandled) == 2, 5, "both failures to be recorded")
+    with pytest.raises(SupervisionError, match=r"of this call failed too") as caught:
+        workers.echo.call(1)
+    message = str(caught.value)
+    told, also = ("[0]", "[1]") if "ranks [0])" in message else ("[1]", "[0]")
+    assert f"ranks {told}) (ranks {also} of this call failed too)" in message
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("hook", [False, True], ids=["no hook", "hook"])
 def test_the_outcome_after_a_death_is_the_same_every_time(

@@ -125,9 +125,20 @@ class MeshState:
             return
         if failure.kind not in DEATHS:
             self.unhandled.remove(failure)  # the actor lives on: said once is enough
+        # Each failure is told in full once; the call's other failed ranks are named.
+        others = sorted(
+            {
+                rank
+                for other in self.unhandled
+                if other is not failure and other.kind in DEATHS
+                for rank in other.ranks
+                if rank in ranks and rank not in failure.ranks
+            }
+        )
+        also = f" (ranks {others} of this call failed too)" if others else ""
         raise SupervisionError(
             f"unhandled failure of actor mesh '{self.name}' ({failure.kind}, ranks "
-            f"{list(failure.ranks)}): {failure.error}",
+            f"{list(failure.ranks)}){also}: {failure.error}",
             failure,
         ) from failure.error
 
