@@ -196,15 +196,21 @@ def _exception_bytes(error: BaseException) -> bytes | None:
     works, the plain pickle goes (the caller then says why it could not unpickle it).
     """
     plain = _pickled(error)
-    for candidate in (plain, _pickled(_ExceptionParts(error))):
-        if candidate is None:
-            continue
-        try:
-            pickle.loads(candidate)
-        except Exception:
-            continue
-        return candidate
-    return plain
+    if _unpickles(plain):
+        return plain
+    # Only now: pickling the parts tries each argument and attribute on its own.
+    parts = _pickled(_ExceptionParts(error))
+    return parts if _unpickles(parts) else plain
+
+
+def _unpickles(data: bytes | None) -> bool:
+    if data is None:
+        return False
+    try:
+        pickle.loads(data)
+    except Exception:
+        return False
+    return True
 
 
 def _pickled(obj: Any) -> bytes | None:
