@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import math
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -312,11 +313,36 @@ class ActorMesh(Generic[T]):
         ``dim0``, ``dim1``...)."""
         return self._view(self._shape.slice(**dims))
 
-    def kill(self) -> None:
-        """End every actor of the mesh (``ray.kill``)."""
+    def kill(self, timeout: float = 60.0) -> None:
+        """End every actor of the mesh (``ray.kill``) and return once each is dead.
+
+        ``ray.kill`` only asks the GCS to end the actor, and a call sent right after it can
+        still reach the actor and be answered; so each actor is probed until a probe fails
+        with ``RayActorError``. Raises ``TimeoutError`` if one is still answering after
+        ``timeout`` seconds.
+        """
         ray = _ray()
-        for actor in self.actors:
+        alive = list(self.actors)
+        for actor in alive:
             ray.kill(actor)
+        deadline = time.monotonic() + timeout
+        while alive:
+            probes = [actor.__ray_ready__.remote() for actor in alive]
+            answered = []
+            for actor, probe in zip(alive, probes):
+                try:
+                    ray.get(probe, timeout=max(0.0, deadline - time.monotonic()))
+                except ray.exceptions.RayActorError:
+                    continue  # dead
+                except ray.exceptions.GetTimeoutError:
+                    pass
+                answered.append(actor)
+            if answered and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"{len(answered)} of the mesh's actors still answer"
+                    f" {timeout:g} s after ray.kill"
+                )
+            alive = answered
 
     def __len__(self) -> int:
         return self.num_actors

@@ -177,10 +177,12 @@ def test_a_ray_remote_class_is_taken_as_its_plain_class(ray_cluster: Any) -> Non
         members.kill()
 
 
-def test_kill_ends_the_actors(ray_cluster: Any) -> None:
+def test_a_call_right_after_kill_fails(ray_cluster: Any) -> None:
     members = ActorMesh(Member, (), {}, shape=(2,), resources_per_actor={"CPU": 0.1})
     ray_cluster.get(members.methods.whoami.all())
     members.kill()
+    # ray.kill alone returns before this process has heard of the death, and a call sent
+    # then can still reach the actor and be answered (5 of 20 tries on a loaded machine).
     with pytest.raises(ray_cluster.exceptions.RayActorError):
         ray_cluster.get(members.methods.whoami.all(), timeout=60)
 
@@ -253,7 +255,7 @@ def test_choose_stops_picking_an_actor_found_dead(ray_cluster: Any) -> None:
     )
     try:
         ray_cluster.get(members.methods.whoami.all())
-        ray_cluster.kill(members.actors[1])
+        members[1:].kill()  # waits, where ray.kill may let a call reach the actor still
         failed = 0
         for _ in range(6):
             try:
