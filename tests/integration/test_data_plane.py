@@ -159,8 +159,10 @@ def test_a_worker_killed_mid_transfer_leaks_nothing() -> None:
         torch.arange(6.0).reshape(2, 3).t(),  # transposed
         torch.arange(4.0).expand(3, 4),  # a broadcast view
         torch.arange(10.0)[::3],  # a strided slice
+        torch.tensor([1 + 2j, 3 - 1j]).conj(),  # lazy: its bytes are not its values
+        torch._neg_view(torch.arange(4.0)),  # lazy negation (autograd makes these)
     ],
-    ids=["stride-0-contiguous", "transposed", "expanded", "strided"],
+    ids=["stride-0-contiguous", "transposed", "expanded", "strided", "conjugate", "negative"],
 )
 def test_tensors_of_any_strides_arrive_as_equal_tensors(plane: Any, tensor: Any) -> None:
     _, mesh = plane

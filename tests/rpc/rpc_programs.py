@@ -132,6 +132,38 @@ def make_local_rref(value: Any) -> Any:
     return api().rpc.RRef(value)
 
 
+def view_facts(*tensors: torch.Tensor) -> list[list[Any]]:
+    """What a worker sees of tensors that were views of one storage at the sender: offset,
+    strides, storage bytes, the first tensor sharing its storage, and its sum."""
+    storages = [t.untyped_storage().data_ptr() for t in tensors]
+    return [
+        [
+            t.storage_offset(),
+            list(t.stride()),
+            t.untyped_storage().nbytes(),
+            storages.index(storage),
+            float(t.sum()),
+        ]
+        for t, storage in zip(tensors, storages)
+    ]
+
+
+def views() -> list[torch.Tensor]:
+    """A tensor and views of it; a large one and small views of it (copied by torch)."""
+    base = torch.arange(12.0).reshape(3, 4)
+    big = torch.arange(4096.0 * 4).reshape(4096, 4)  # 64 KiB
+    return [
+        *(base, base[1:], base.t(), base[:, 1]),
+        *(big, big[:, 0], big[10:20].t(), big[:2000], big[1000:3500]),
+    ]
+
+
+def add_one_through_the_first(*tensors: torch.Tensor) -> list[float]:
+    """Change the first tensor in place: views of its storage see the change."""
+    tensors[0].add_(1)
+    return [float(t.sum()) for t in tensors]
+
+
 def nested_mul(to: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """A -> B -> C: B multiplies on C, then squares locally."""
     product = api().rpc.rpc_sync(to, torch.mul, args=(a, b))
@@ -320,6 +352,13 @@ def contract(rank: int, world_size: int, backend: str) -> dict[str, Any]:
         out["async_static_method"] = rpc.rpc_sync(
             "w1", Counter.static_async_add, args=("w2", ones, ones)
         ).tolist()
+
+        out["views_sent"] = rpc.rpc_sync("w1", view_facts, args=tuple(views()))
+        out["views_returned"] = view_facts(*rpc.rpc_sync("w2", views))
+        zeros = torch.zeros(6)
+        out["views_in_place"] = rpc.rpc_sync(
+            "w1", add_one_through_the_first, args=(zeros[2:], zeros, zeros[:3])
+        )
 
         out.update(_autograd_points(ns))
     rpc.shutdown()

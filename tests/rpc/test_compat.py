@@ -146,6 +146,28 @@ def test_a_slow_call_does_not_hold_up_the_next_one(contract: dict[str, Any]) -> 
     assert contract["concurrent_calls"] == [True, False]
 
 
+def test_views_of_one_storage_arrive_sharing_one_and_small_views_are_copied(
+    contract: dict[str, Any],
+) -> None:
+    # [offset, strides, storage bytes, first tensor on its storage, sum], as torch has them
+    base = [
+        [0, [4, 1], 48, 0, 66.0],  # base: its whole storage, 12 floats
+        [4, [4, 1], 48, 0, 60.0],  # base[1:]
+        [0, [1, 4], 48, 0, 66.0],  # base.t()
+        [1, [4], 48, 0, 15.0],  # base[:, 1]
+    ]
+    big = [  # 64 KiB; a view using under half of it is sent as a copy of its own
+        [0, [4, 1], 65536, 4, 134209536.0],  # big
+        [0, [1], 16384, 5, 33546240.0],  # big[:, 0]
+        [0, [1, 4], 160, 6, 2380.0],  # big[10:20].t(): copied, still transposed
+        [0, [4, 1], 32000, 7, 31996000.0],  # big[:2000]: 32,000 bytes
+        [4000, [4, 1], 65536, 4, 89995000.0],  # big[1000:3500]: on big's storage
+    ]
+    for seen in (contract["views_sent"], contract["views_returned"]):
+        assert seen == base + big
+    assert contract["views_in_place"] == [4.0, 4.0, 1.0]
+
+
 # -- 5. distributed autograd and the optimizer ----------------------------------------------
 
 

@@ -1,11 +1,13 @@
 """The pure parts of actormesh.rpc, in this process: options, names, rendezvous rules,
-errors."""
+errors, the wire format's tensors."""
 
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pytest
+import torch
 
 import actormesh
 from actormesh import rpc
@@ -106,3 +108,38 @@ def test_main_script_objects_missing_here_are_rebuilt_from_their_code() -> None:
     assert _main_object("no_such_function_in_main", blob) is rebuilt  # one identity
     with pytest.raises(AttributeError, match="not defined in this worker's main script"):
         _main_object("no_such_function_in_main", b"")
+
+
+def _through_the_wire(obj: object) -> object:
+    from actormesh.rpc._wire import DecodeSession, EncodeSession, decode, encode
+
+    payload, buffers = encode(obj, EncodeSession(None, 1))
+    return decode(payload, [bytearray(b.raw()) for b in buffers], DecodeSession(None, 0))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.tensor([1 + 2j, 3 - 1j]).conj(),
+        lambda: torch._neg_view(torch.arange(4.0)),
+        lambda: torch.ones(4096).expand(100, 4096),  # 16 KiB storage, 1.6 MB of elements
+        lambda: torch.nn.Parameter(torch.arange(6.0).reshape(2, 3)[:, 1:]),
+        lambda: torch.arange(6.0).requires_grad_()[2:],
+    ],
+    ids=["conjugate", "negative", "expanded", "parameter-view", "grad-view"],
+)
+def test_tensors_and_their_views_keep_values_type_strides_and_grad(make: Any) -> None:
+    tensor = make()
+    first, view = _through_the_wire([tensor, tensor[:1]])  # type: ignore[misc]
+    assert type(first) is type(tensor) and first.requires_grad == tensor.requires_grad
+    assert torch.equal(first.detach(), tensor.detach().resolve_conj().resolve_neg())
+    assert torch.equal(view.detach(), tensor[:1].detach().resolve_conj().resolve_neg())
+    if not (tensor.is_conj() or tensor.is_neg()):
+        assert first.stride() == tensor.stride()
+        assert view.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+
+
+def test_the_same_tensor_twice_in_a_message_arrives_as_one() -> None:
+    tensor = torch.arange(3.0)
+    a, b = _through_the_wire((tensor, tensor))  # type: ignore[misc]
+    assert a is b

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["reduce_tensor"]
+__all__ = ["finish_tensor", "reduce_tensor"]
 
 
 def reduce_tensor(obj: Any) -> Any:
@@ -24,6 +24,9 @@ def reduce_tensor(obj: Any) -> Any:
     if tensor.layout != torch.strided or tensor.device.type != "cpu" or tensor.is_quantized:
         return NotImplemented
     data = tensor.detach()
+    if data.is_conj() or data.is_neg():
+        # Lazy conjugate and negative views: their bytes are not their values.
+        data = data.resolve_conj().resolve_neg()
     if not data.is_contiguous():
         data = data.contiguous()
     is_parameter = type(obj) is torch.nn.Parameter
@@ -58,17 +61,18 @@ def _rebuild(
     if len(shape) != 1:
         tensor = tensor.reshape(shape)
     if requires_grad or param:
-        return _finish(tensor, requires_grad, param)
+        return finish_tensor(tensor, requires_grad, param)
     return tensor
 
 
 def _rebuild_empty(
     dtype: torch.dtype, shape: tuple[int, ...], requires_grad: bool, param: bool
 ) -> torch.Tensor:
-    return _finish(torch.empty(shape, dtype=dtype), requires_grad, param)
+    return finish_tensor(torch.empty(shape, dtype=dtype), requires_grad, param)
 
 
-def _finish(tensor: torch.Tensor, requires_grad: bool, param: bool) -> torch.Tensor:
+def finish_tensor(tensor: torch.Tensor, requires_grad: bool, param: bool) -> torch.Tensor:
+    """``tensor`` as a Parameter, or requiring grad, as the sender's was."""
     if param:
         return torch.nn.Parameter(tensor, requires_grad=requires_grad)
     if requires_grad:

@@ -30,6 +30,7 @@ from typing import Any
 
 from .._core._serialization import _Pickler
 from .._exceptions import SerializationError
+from ._storages import StorageTable
 
 __all__ = [
     "DecodeSession",
@@ -113,6 +114,7 @@ class _RpcPickler(_Pickler):
     ) -> None:
         super().__init__(file, protocol=5, buffer_callback=buffers.append)
         self.session = session
+        self.storages = StorageTable()
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
@@ -133,8 +135,10 @@ class _RpcPickler(_Pickler):
                     index = len(session.grad_tensors)
                     session.grad_tensors.append(obj)
                     return _recv_grad_tensor, (index, obj.detach())
-                if obj.layout == torch.strided and not obj.is_contiguous() and obj.numel():
-                    return _strided_view(obj)
+                if obj.layout == torch.strided and obj.device.type == "cpu" and obj.numel():
+                    shared = self.storages.reduce(obj)
+                    if shared is not NotImplemented:
+                        return shared
         if kind is types.FunctionType or isinstance(obj, type):
             module = getattr(obj, "__module__", None)
             if module in ("__main__", "__mp_main__") and "<" not in obj.__qualname__:
@@ -178,19 +182,6 @@ def decode(payload: Any, buffers: Any, session: DecodeSession) -> Any:
 def current_decode() -> DecodeSession | None:
     """The session of the message being unpickled on this thread, if any."""
     return getattr(_decoding, "session", None)
-
-
-def _strided_view(tensor: Any) -> Any:
-    """A non-contiguous tensor travels as the span of storage it covers, and arrives as
-    the same view of it (same strides), as torch's RPC keeps views."""
-    span = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
-    flat = tensor.detach().as_strided((span,), (1,), tensor.storage_offset())
-    return _rebuild_view, (flat, tuple(tensor.shape), tuple(tensor.stride()), tensor.requires_grad)
-
-
-def _rebuild_view(flat: Any, shape: tuple[int, ...], stride: tuple[int, ...], grad: bool) -> Any:
-    view = flat.as_strided(shape, stride)
-    return view.requires_grad_(True) if grad else view
 
 
 def _recv_grad_tensor(index: int, tensor: Any) -> Any:
