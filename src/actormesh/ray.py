@@ -98,6 +98,29 @@ class _Load:
             self.changed.notify_all()
 
 
+def _probe(ray: Any, actor: Any) -> Any:
+    """A no-op call to a killed ``actor``; ``None`` when its queue is full
+    (``max_pending_calls``) and it cannot be probed yet."""
+    try:
+        return actor.__ray_ready__.remote()
+    except ray.exceptions.PendingCallsLimitExceeded:
+        return None
+
+
+def _died(ray: Any, probe: Any, deadline: float | None) -> bool:
+    """Whether ``probe`` failed because its actor is dead (waiting until ``deadline``)."""
+    if probe is None:
+        return False
+    try:
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ray.get(probe, timeout=wait)
+    except ray.exceptions.RayActorError:
+        return True
+    except ray.exceptions.GetTimeoutError:
+        pass
+    return False
+
+
 def _outcome(done: Any) -> BaseException | None:
     try:
         return done.exception()  # type: ignore[no-any-return]
@@ -313,36 +336,28 @@ class ActorMesh(Generic[T]):
         ``dim0``, ``dim1``...)."""
         return self._view(self._shape.slice(**dims))
 
-    def kill(self, timeout: float = 60.0) -> None:
+    def kill(self, timeout: float | None = 60.0) -> None:
         """End every actor of the mesh (``ray.kill``) and return once each is dead.
 
         ``ray.kill`` only asks the GCS to end the actor, and a call sent right after it can
         still reach the actor and be answered; so each actor is probed until a probe fails
-        with ``RayActorError``. Raises ``TimeoutError`` if one is still answering after
-        ``timeout`` seconds.
+        with ``RayActorError``. Raises ``TimeoutError`` if one is not seen dead within
+        ``timeout`` seconds (``None``: no limit).
         """
         ray = _ray()
-        alive = list(self.actors)
-        for actor in alive:
+        left = list(self.actors)
+        for actor in left:
             ray.kill(actor)
-        deadline = time.monotonic() + timeout
-        while alive:
-            probes = [actor.__ray_ready__.remote() for actor in alive]
-            answered = []
-            for actor, probe in zip(alive, probes):
-                try:
-                    ray.get(probe, timeout=max(0.0, deadline - time.monotonic()))
-                except ray.exceptions.RayActorError:
-                    continue  # dead
-                except ray.exceptions.GetTimeoutError:
-                    pass
-                answered.append(actor)
-            if answered and time.monotonic() >= deadline:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while left:
+            probes = [(actor, _probe(ray, actor)) for actor in left]
+            left = [actor for actor, probe in probes if not _died(ray, probe, deadline)]
+            if left and deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(
-                    f"{len(answered)} of the mesh's actors still answer"
-                    f" {timeout:g} s after ray.kill"
+                    f"{len(left)} of the mesh's actors not seen dead {timeout:g} s after ray.kill"
                 )
-            alive = answered
+            if left and all(probe is None for _, probe in probes):
+                time.sleep(0.01)  # every queue still full: nothing to wait on but time
 
     def __len__(self) -> int:
         return self.num_actors

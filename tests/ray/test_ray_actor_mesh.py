@@ -187,6 +187,21 @@ def test_a_call_right_after_kill_fails(ray_cluster: Any) -> None:
         ray_cluster.get(members.methods.whoami.all(), timeout=60)
 
 
+def test_kill_ends_actors_whose_call_queue_is_full(ray_cluster: Any, tmp_path: Path) -> None:
+    # With max_pending_calls reached, Ray refuses even the probe kill() sends after
+    # ray.kill; kill() must still return, the held call failing as the actor dies.
+    decorated = ray_cluster.remote(max_pending_calls=1)(Entering)
+    mesh = ActorMesh(decorated, (), {}, shape=1, resources_per_actor={"CPU": 0.1})
+    gate = tmp_path / "gate"
+    held = mesh.methods.enter_and_hold.all(str(tmp_path), "a", str(gate))
+    wait_until((tmp_path / "a").exists, 60, "the held call to start")
+    with pytest.raises(ray_cluster.exceptions.PendingCallsLimitExceeded):
+        mesh.methods.enter_and_hold.all(str(tmp_path), "b", str(gate))
+    mesh.kill()
+    with pytest.raises(ray_cluster.exceptions.RayActorError):
+        ray_cluster.get(held, timeout=60)
+
+
 def test_bad_shapes_fail_clearly_before_any_actor_starts(ray_cluster: Any) -> None:
     with pytest.raises(TypeError, match="shape"):
         ActorMesh(Member, (), {}, shape=True)

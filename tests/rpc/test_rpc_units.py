@@ -125,13 +125,18 @@ def _through_the_wire(obj: object) -> object:
         lambda: torch.ones(4096).expand(100, 4096),  # 16 KiB storage, 1.6 MB of elements
         lambda: torch.nn.Parameter(torch.arange(6.0).reshape(2, 3)[:, 1:]),
         lambda: torch.arange(6.0).requires_grad_()[2:],
+        lambda: torch.quantize_per_tensor(torch.arange(8.0), 0.5, 3, torch.quint8)[2:],
     ],
-    ids=["conjugate", "negative", "expanded", "parameter-view", "grad-view"],
+    ids=["conjugate", "negative", "expanded", "parameter-view", "grad-view", "quantized"],
 )
 def test_tensors_and_their_views_keep_values_type_strides_and_grad(make: Any) -> None:
     tensor = make()
     first, view = _through_the_wire([tensor, tensor[:1]])  # type: ignore[misc]
     assert type(first) is type(tensor) and first.requires_grad == tensor.requires_grad
+    if tensor.is_quantized:  # torch's own pickling, quantizer included
+        assert first.qscheme() == tensor.qscheme() and view.q_scale() == tensor.q_scale()
+        assert torch.equal(first.dequantize(), tensor.dequantize())
+        return
     assert torch.equal(first.detach(), tensor.detach().resolve_conj().resolve_neg())
     assert torch.equal(view.detach(), tensor[:1].detach().resolve_conj().resolve_neg())
     if not (tensor.is_conj() or tensor.is_neg()):

@@ -135,7 +135,12 @@ class _RpcPickler(_Pickler):
                     index = len(session.grad_tensors)
                     session.grad_tensors.append(obj)
                     return _recv_grad_tensor, (index, obj.detach())
-                if obj.layout == torch.strided and obj.device.type == "cpu" and obj.numel():
+                if (
+                    obj.layout == torch.strided
+                    and obj.device.type == "cpu"
+                    and not obj.is_quantized
+                    and obj.numel()
+                ):
                     shared = self.storages.reduce(obj)
                     if shared is not NotImplemented:
                         return shared
