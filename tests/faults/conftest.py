@@ -37,7 +37,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 # Seconds a test's processes get to finish exiting after it ends before they count as
 # orphans (the tests themselves check the tighter bounds they promise).
-_EXIT_GRACE_S = 3.0
+_EXIT_GRACE_S = 10.0
 
 _RESULTS: dict[str, dict[str, Any]] = {}
 
@@ -109,7 +109,7 @@ def _new_fds(before: dict[int, str], runtime_owned: Callable[[], set[int]]) -> l
     # sockets of sync threads' reply routes to processes that outlive the test (a module's
     # mesh) and the fork server's are the runtime's, as its own connections are: they
     # close when those processes go away, the thread ends or the runtime stops.
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + 5.0
     while True:
         now = open_fds()
         owned = runtime_owned()

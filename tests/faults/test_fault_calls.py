@@ -62,7 +62,7 @@ def test_a_call_to_an_already_dead_rank_fails_at_once(
         mesh.slice(gpus=2).echo.call_one(1).get(timeout=5)
     with pytest.raises(ActorDiedError) as many:
         mesh.echo.call("x").get(timeout=5)
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 3.0  # from what is known here, not the 5 s timeouts
     assert "killed by SIGKILL" in str(one.value)
     assert many.value.ranks == (2,)
     assert set(many.value.values) <= {0, 1, 3}  # whatever answered before it failed

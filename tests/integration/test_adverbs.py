@@ -166,7 +166,7 @@ def test_stream_first_result_does_not_wait_for_the_slowest(
 ) -> None:
     async def main() -> tuple[float, float]:
         start = time.monotonic()
-        stream = sleepers.nap.stream(1.0, only_rank=3)
+        stream = sleepers.nap.stream(2.0, only_rank=3)
         iterator = aiter(stream)
         await anext(iterator)
         first = time.monotonic() - start
@@ -175,7 +175,7 @@ def test_stream_first_result_does_not_wait_for_the_slowest(
         return first, time.monotonic() - start
 
     first, total = run(main())
-    assert first < 0.5 <= 1.0 <= total
+    assert first < 1.5 and total >= 2.0
 
 
 def test_stream_futures_are_awaitable(sleepers: ActorMesh[Sleeper]) -> None:

@@ -133,7 +133,8 @@ def test_blocking_def_endpoint_does_not_stall_its_process() -> None:
             assert neighbour.slice(gpus=0).ping.call_one().get(timeout=2) == "pong"
             assert busy.slice(gpus=0).is_blocking.call_one().get(timeout=2) is True
         assert neighbour.ping.call().get(timeout=2).item(gpus=0) == "pong"
-        assert time.monotonic() - start < 2
+        # All answered while the 10 s call still blocks (well under it even when loaded).
+        assert time.monotonic() - start < 8
         assert not step.done()
     finally:
         stopped = time.monotonic()

@@ -107,7 +107,7 @@ def test_as_asyncio_gives_an_asyncio_future(one: Echo) -> None:
 
 def test_stream_yields_futures_in_the_order_results_arrive(echo: Echo) -> None:
     pair = echo.slice(nodes=0)
-    futures = list(pair.sleep_by_rank.stream([0.5, 0.0]))
+    futures = list(pair.sleep_by_rank.stream([3.0, 0.0]))  # far apart even when loaded
     assert len(futures) == 2
     assert all(isinstance(f, Future) for f in futures)
     assert [f.get(timeout=30) for f in futures] == [1, 0]

@@ -16,9 +16,23 @@ from actormesh import proc_mesh
 from actormesh.testing import wait_until
 
 
+def _stacks_once_stuck(*args: str) -> Any:
+    """``actormesh stacks ARGS`` once the job's rank 3 is inside the collective and the
+    others are idle (the job says READY just before it makes that call)."""
+    seen: list[Any] = []
+
+    def settled() -> bool:
+        seen[:] = [actormesh("stacks", *args)]
+        out = seen[0].stdout
+        return "in allreduce_forever" in out and ": idle" in out and "running 'step'" in out
+
+    wait_until(settled, 30, "rank 3 to be stuck and the others idle")
+    return seen[0]
+
+
 def test_stacks_of_a_job_group_the_idle_ranks_and_show_the_stuck_one(job_factory) -> None:
     job = job_factory("stuck", 4)
-    done = actormesh("stacks", "--job", str(job.pid))
+    done = _stacks_once_stuck("--job", str(job.pid))
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert out.startswith("trainer (4 ranks)")
@@ -32,7 +46,7 @@ def test_stacks_of_a_job_group_the_idle_ranks_and_show_the_stuck_one(job_factory
 
 def test_stacks_select_ranks_and_meshes(job_factory) -> None:
     job = job_factory("stuck", 4)
-    done = actormesh("stacks", "--job", str(job.pid), "--rank", "1", "--rank", "3")
+    done = _stacks_once_stuck("--job", str(job.pid), "--rank", "1", "--rank", "3")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("trainer (2 ranks)\nrank 1: idle\nrank 3: running 'step'")
     missing = actormesh("stacks", "--job", str(job.pid), "--mesh", "nosuch")
@@ -51,9 +65,10 @@ def test_mesh_stacks_from_python_names_the_rank_that_hangs() -> None:
             # Until the call has reached rank 2 and its thread is inside the collective
             # (the mailbox says "running" a moment before the endpoint's first line runs).
             seen[:] = [trainers.stacks().get(timeout=30)]
-            return "in allreduce_forever" in seen[0].by_rank[2]
+            idle = all(seen[0].by_rank[rank].startswith("idle") for rank in (0, 1))
+            return idle and "in allreduce_forever" in seen[0].by_rank[2]
 
-        wait_until(hanging, 30, "rank 2 to be inside allreduce_forever")
+        wait_until(hanging, 30, "rank 2 inside allreduce_forever, ranks 0-1 idle")
         stacks = seen[0]
         text = str(stacks)
         assert text.startswith("trainer (3 ranks)\nranks 0-1: ")
