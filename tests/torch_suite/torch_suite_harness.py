@@ -209,11 +209,6 @@ DIFFERENCES: dict[str, str] = {
     "RpcTest.test_wait_all_exit_early_python": (
         "as test_wait_all_exit_early_builtin: wait_all waits for every future"
     ),
-    "TensorPipeAgentRpcTest.test_op_with_invalid_args": (
-        "builtin operators run as Python calls on the callee: wrong arguments raise the "
-        "operator's own TypeError, not the schema-matching RuntimeError of torch's "
-        "builtin-operator path"
-    ),
     "DistAutogradTest.test_backward_unused_send_function": (
         "deliberately better: torch's backward hangs forever when an RPC's result is "
         "unused (the test checks that it hangs); actormesh's completes"

@@ -79,7 +79,15 @@ def run_function(
     name = function_name(fn)
     try:
         with running_in(ctx):
-            result = fn(*args, **kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except TypeError:
+                operator = builtin_operator(fn)
+                if operator is None:
+                    raise
+                # Arguments the Python binding refused: torch runs a builtin through its
+                # operator's schemas, and so its error ("failed to match any schema").
+                result = operator(*args, **kwargs)
     except BaseException as error:
         finish(False, error, ctx, name)
         return
@@ -107,6 +115,19 @@ def run_function(
             finish(True, value, ctx, name)
 
     future.add_done_callback(completed)
+
+
+def builtin_operator(fn: object) -> Callable[..., Any] | None:
+    """The TorchScript operator torch's RPC runs for a builtin such as ``torch.add``."""
+    if "torch" not in sys.modules:
+        return None
+    import torch
+
+    name = torch.jit._builtins._find_builtin(fn)  # type: ignore[no-untyped-call]
+    if name is None:
+        return None
+    operator: Callable[..., Any] = torch._C._jit_get_operation(name)[0]
+    return operator
 
 
 def _execute(
