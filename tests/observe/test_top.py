@@ -10,6 +10,8 @@ from collections.abc import Iterator
 import pytest
 from observe_support import ACTORMESH, Tmux
 
+from actormesh.testing import wait_until
+
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 
 
@@ -40,9 +42,16 @@ def test_top_shows_every_rank_with_its_numbers_in_80_columns(screen: Tmux) -> No
     rows = rank_lines(text)
     assert [row.split()[1] for row in rows] == ["0", "1", "2", "3"]
     # rank 1 raised once (ERR), and every rank's P50 and RSS are measured numbers.
-    text = screen.wait_for(r"(?m)^ trainer +1 .*M$")
     err = header.index(" ERR")
-    errors = {row.split()[1]: row[err : err + 4].strip() for row in rank_lines(text)}
+    errors: dict[str, str] = {}
+
+    def counted() -> bool:
+        # Until a refresh has counted rank 1's failed call and measured its RSS.
+        rows = rank_lines(screen.screen())
+        errors.update({row.split()[1]: row[err : err + 4].strip() for row in rows})
+        return errors.get("1") == "1" and any(re.search(r"^ trainer +1 .*M$", r) for r in rows)
+
+    wait_until(counted, 30, "rank 1's error to be counted")
     assert errors == {"0": "0", "1": "1", "2": "0", "3": "0"}
     footer = screen.wait_for(r"q Quit +\? Help").splitlines()
     assert any("q Quit" in line for line in footer[-3:])  # the keys, at the bottom
