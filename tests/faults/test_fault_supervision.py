@@ -99,6 +99,12 @@ def test_an_actor_without_a_hook_escalates_too_and_is_dropped(
         ):
             call()
     assert workers.slice(gpus=1).echo.call_one(2).get(timeout=10) == 2
+    # Its process answered the calls above for it ("dropped"): that answer does not make
+    # it live again, so choose keeps to the other rank and stats say it is gone.
+    assert workers.stats()[0]["alive"] is False
+    assert {workers.pid.choose().get(timeout=10) for _ in range(8)} == {
+        workers.slice(gpus=1).pid.call_one().get(timeout=10)
+    }
 
 
 def test_a_failing_init_fails_the_spawn_and_is_a_failure_of_that_rank_only(

@@ -240,11 +240,14 @@ def contract(rank: int, world_size: int, backend: str) -> dict[str, Any]:
         w1 = rpc.get_worker_info("w1")
         out["worker_info"] = [w1.id, w1.name, rpc.get_worker_info().name]
         out["builtin"] = rpc.rpc_sync("w1", torch.add, args=(ones, 3)).tolist()
-        try:
-            rpc.rpc_sync("w1", torch.add, args=())
-            out["builtin_bad_args"] = "no error"
-        except RuntimeError as error:
-            out["builtin_bad_args"] = "failed to match any schema" in str(error)
+        out["builtin_bad_args"] = []
+        for bad in [(torch.add, ()), (torch.ones, (2, 2))]:  # torch.ones(2, 2) is Python's
+            try:
+                rpc.rpc_sync("w1", bad[0], args=bad[1])
+                out["builtin_bad_args"].append("no error")
+            except RuntimeError as error:
+                out["builtin_bad_args"].append("failed to match any schema" in str(error))
+        out["builtin_shape"] = rpc.rpc_sync("w1", torch.ones, args=((2, 2),)).shape == (2, 2)
         out["by_rank"] = rpc.rpc_sync(1, whoami)
         out["by_info"] = rpc.rpc_sync(w1, whoami)
         out["to_self"] = rpc.rpc_sync("w0", whoami)

@@ -168,11 +168,8 @@ class _Request:
         started = self.started.pop(rank, None)
         if started is not None:
             self.state.finished(rank, started, ok)
-        if self.state.dead and rank not in self.state.init_errors:
-            # It answered: alive (restarted, say). Not a rank whose __init__ raised: its
-            # process answers for it, and it stays gone.
-            self.state.dead.pop(rank, None)
         if ok:
+            self._answered(rank)
             try:
                 value = loads(parts[0], parts[1:])
             except Exception as error:
@@ -190,6 +187,9 @@ class _Request:
                 self._value(rank, value)
         else:
             raised = raised_error(parts[0])
+            if not isinstance(raised, ActorDiedError):
+                # Not "this actor is gone" (the answer for one dropped after a failure).
+                self._answered(rank)
             init_error = self.state.init_errors.get(rank)
             if (
                 init_error is not None
@@ -207,6 +207,12 @@ class _Request:
             self._complete()
             return True
         return False
+
+    def _answered(self, rank: int) -> None:
+        if self.state.dead and rank not in self.state.init_errors:
+            # It answered: alive (restarted, say). Not a rank whose __init__ raised: its
+            # process answers for it, and it stays gone.
+            self.state.dead.pop(rank, None)
 
     def on_lost(self, conn: Connection, reason: str) -> bool:
         # A snapshot: replies read on the caller's own loop (a reply route) may pop ranks

@@ -141,7 +141,8 @@ class _Ticket:
             return inner._on_timeout(timeout)  # which actor it went to, what it is doing
         return CallTimeoutError(
             f"timed out after {timeout or 0:g} s: choose on mesh '{self.mesh_name}' was still "
-            "waiting for an actor with capacity (nothing was sent)"
+            "waiting for an actor with capacity (nothing was sent yet: it goes out when an "
+            "actor has room; future.cancel() drops it)"
         )
 
 

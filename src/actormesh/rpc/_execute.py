@@ -10,6 +10,7 @@ thread waiting for it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import traceback
 from collections.abc import Callable
@@ -78,16 +79,11 @@ def run_function(
     """Call ``fn`` in ``ctx`` and report its outcome once known (maybe later)."""
     name = function_name(fn)
     try:
+        # A builtin (torch.add) runs as torch's RPC runs it: its TorchScript operator, whose
+        # schemas decide which arguments it takes ("failed to match any schema").
+        call = builtin_operator(fn) or fn
         with running_in(ctx):
-            try:
-                result = fn(*args, **kwargs)
-            except TypeError:
-                operator = builtin_operator(fn)
-                if operator is None:
-                    raise
-                # Arguments the Python binding refused: torch runs a builtin through its
-                # operator's schemas, and so its error ("failed to match any schema").
-                result = operator(*args, **kwargs)
+            result = call(*args, **kwargs)
     except BaseException as error:
         finish(False, error, ctx, name)
         return
@@ -124,8 +120,13 @@ def builtin_operator(fn: object) -> Callable[..., Any] | None:
     import torch
 
     name = torch.jit._builtins._find_builtin(fn)  # type: ignore[no-untyped-call]
-    if name is None:
-        return None
+    return None if name is None else _operator(name)
+
+
+@functools.cache
+def _operator(name: str) -> Callable[..., Any]:
+    import torch
+
     operator: Callable[..., Any] = torch._C._jit_get_operation(name)[0]
     return operator
 
