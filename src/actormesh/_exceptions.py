@@ -56,6 +56,20 @@ __all__ = [
     "SupervisionError",
 ]
 
+# The runtime's own endpoint on every actor: ``fn(host, *args, **kwargs)`` run on the
+# actor's thread, in order with its other messages. It lets library code (process groups,
+# weight sync) act inside actors without the actor class declaring anything. Calling it
+# needs nothing a caller could not already do by pickling a function as an argument.
+# (Defined here, the lowest layer, so that errors can name it for what it is.)
+SYSTEM_ENDPOINT = "__actormesh_system__"
+
+
+def endpoint_named(name: str) -> str:
+    """``endpoint 'name'``, for messages; the runtime's own is named for what it runs."""
+    if name == SYSTEM_ENDPOINT:
+        return "a library function (run_in_actors)"
+    return f"endpoint '{name}'"
+
 
 class ActorMeshError(Exception):
     """Base class of every error raised by actormesh."""
@@ -161,7 +175,7 @@ class ActorError(ActorMeshError):
     def where(self) -> str:
         """Who raised: endpoint, mesh and coordinates, for messages."""
         coords = ", ".join(f"{k}={v}" for k, v in self.point.items())
-        return f"endpoint '{self.endpoint}' of mesh '{self.mesh}' at {{{coords}}}"
+        return f"{endpoint_named(self.endpoint)} of mesh '{self.mesh}' at {{{coords}}}"
 
     def __str__(self) -> str:
         text = f"{self.cause_type}: {self.cause_message} (raised by {self.where()})"

@@ -167,6 +167,10 @@ class TorchWorker(Actor):
     def weight_sum(self, name: str) -> float:
         return float(self.model.state_dict()[name].sum())
 
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
 
 class ElasticPeer(Actor):
     """Joins the process group torch elastic's variables describe (``env://``)."""

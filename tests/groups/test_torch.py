@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,7 +11,7 @@ import pytest
 import torch
 from groups_actors import TorchWorker
 
-from actormesh import actor_mesh, proc_mesh
+from actormesh import ActorDiedError, actor_mesh, proc_mesh
 from actormesh.torch import (
     destroy_process_group,
     setup_process_group,
@@ -114,6 +116,23 @@ def test_weight_sync_gives_every_generator_the_trainers_weights_and_version(
     assert after != expected
     assert list(generators.output.call().get(timeout=30).values()) == [after] * 3
     assert list(weights_versions(generators).get(timeout=30).values()) == [6, 6, 6]
+
+
+def test_a_sync_to_a_dead_generator_says_which_and_what_to_do(trainers: Any) -> None:
+    generators = actor_mesh(TorchWorker, (64, 1), shape=2, name="mortal").get(timeout=60)
+    try:
+        os.kill(generators.slice(dim0=1).pid.call_one().get(timeout=30), signal.SIGKILL)
+        with pytest.raises(ActorDiedError) as caught:
+            sync_weights(trainers, generators, version=9).get(timeout=60)
+        message = str(caught.value)
+        assert "{dim0=1} of mesh 'mortal'" in message
+        assert "a library function (run_in_actors) of mesh 'trainers'" in message
+        assert "__actormesh_system__" not in message
+        assert any("sync a slice of the live ones" in n for n in caught.value.__notes__)
+        live = generators.slice(dim0=0)
+        assert sync_weights(trainers, live, version=10).get(timeout=60).version == 10
+    finally:
+        generators.stop().get(timeout=30)
 
 
 def test_select_sends_each_generator_only_what_it_needs(trainers: Any, generators: Any) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._core import EndpointKind
-from .._exceptions import ActorClassError, EndpointNotFoundError
+from .._exceptions import SYSTEM_ENDPOINT, ActorClassError, EndpointNotFoundError
 from .._hosts import Runtime
 from .._hosts._output import CURRENT_PREFIX
 from .._shape import Point
@@ -57,12 +57,6 @@ RESERVED_NAMES = frozenset(
         "with_policy",
     }
 )
-
-# The runtime's own endpoint on every actor: ``fn(host, *args, **kwargs)`` run on the
-# actor's thread, in order with its other messages. It lets library code (process groups,
-# weight sync) act inside actors without the actor class declaring anything. Calling it
-# needs nothing a caller could not already do by pickling a function as an argument.
-SYSTEM_ENDPOINT = "__actormesh_system__"
 
 # Hooks an actor may define that the runtime calls through its mailbox (see _supervision).
 HOOKS = frozenset({"__supervise__"})

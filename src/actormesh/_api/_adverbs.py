@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .._core import dumps_arguments, loads
 from .._core._envelope import CALL, CANCEL, raised_error
 from .._core._limits import check_message_size
-from .._exceptions import ActorDiedError, ActorError, CallTimeoutError, MeshStoppedError
+from .._exceptions import (
+    ActorDiedError,
+    ActorError,
+    CallTimeoutError,
+    MeshStoppedError,
+    endpoint_named,
+)
 from .._hosts import Runtime
 from .._shape import ValueMesh
 from ._actor import point_of
@@ -251,14 +257,14 @@ class _Request:
                 rank,
                 MeshStoppedError(
                     f"actor mesh '{self.ref.name}' was stopped before actor {point} answered "
-                    f"endpoint '{self.endpoint}'"
+                    f"{endpoint_named(self.endpoint)}"
                 ),
             )
             return
         self.state.dead.setdefault(rank, reason)
         error = ActorDiedError(
-            f"actor {point} of mesh '{self.ref.name}' died before answering endpoint "
-            f"'{self.endpoint}': {reason}",
+            f"actor {point} of mesh '{self.ref.name}' died before answering "
+            f"{endpoint_named(self.endpoint)}: {reason}",
             reason=reason,
             ranks=(rank,),
         )

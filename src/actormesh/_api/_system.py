@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from .._core import EndpointKind
+from .._exceptions import SYSTEM_ENDPOINT
 from .._shape import ValueMesh
-from ._actor import SYSTEM_ENDPOINT
 from ._endpoint import Endpoint, EndpointOptions
 from ._future import Future
 

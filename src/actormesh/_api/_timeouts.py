@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .._core import loads
 from .._core._envelope import INSPECT
 from .._core._inspect import explain
-from .._exceptions import ActorDiedError, CallTimeoutError
+from .._exceptions import ActorDiedError, CallTimeoutError, endpoint_named
 from .._hosts import Runtime
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def timeout_error(
 ) -> CallTimeoutError:
     """The ``CallTimeoutError`` for a wait on ``endpoint`` that ran out of time."""
     after = f"after {timeout:g} s" if timeout is not None else ""
-    head = f"timed out {after} waiting for endpoint '{endpoint}' of mesh '{mesh}'"
+    head = f"timed out {after} waiting for {endpoint_named(endpoint)} of mesh '{mesh}'"
     if not pending:
         return CallTimeoutError(head)
     lines = [

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from .._config import Config
-from .._exceptions import ActorDiedError, MeshStoppedError
+from .._exceptions import ActorDiedError, MeshStoppedError, endpoint_named
 from .._transport import Connection, TransportClosed
 from . import _envelope as env
 from . import _snapshot
@@ -135,7 +135,7 @@ class _Delivery:
         try:
             payload, buffers = dumps(value)
             if len(payload) > self.max_bytes or buffers:
-                what = f"the value returned by endpoint '{self.endpoint}'"
+                what = f"the value returned by {endpoint_named(self.endpoint)}"
                 check_message_size([payload, *buffers], self.max_bytes, what)
         except Exception as error:
             self.answered = False

@@ -23,6 +23,7 @@ from actormesh._api._context import context
 from actormesh._api._future import Future
 from actormesh._api._proc_mesh import _from_concurrent
 from actormesh._api._system import ActorHost, run_in_actors
+from actormesh._exceptions import ActorMeshError
 from actormesh._hosts import Runtime
 from actormesh._hosts._progress import Progress
 from actormesh._shape import Point, ValueMesh
@@ -114,18 +115,28 @@ def sync_weights(
             runtime.progress_mode,
         )
         sent: list[tuple[int, int]] = []
-        try:
-            pending = [
+        pending = [
+            asyncio.ensure_future(
                 _awaited(
                     run_in_actors(
                         one, _push, target, version, order, get_state, set_state, layout, select
                     )
                 )
-                for one in trainers
-            ]
+            )
+            for one in trainers
+        ]
+        try:
             for done in asyncio.as_completed(pending):
                 sent.extend((await done).values())
                 progress.update(len(sent))
+        except ActorMeshError as error:
+            # The other trainers' parts end too (sent or failed) before the sync fails.
+            await asyncio.gather(*pending, return_exceptions=True)
+            error.add_note(
+                f"sync_weights v{version}: the generators reached may hold v{version} "
+                "already; without the dead ones, sync a slice of the live ones"
+            )
+            raise
         finally:
             progress.done()
         seconds = time.perf_counter() - started
