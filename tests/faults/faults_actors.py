@@ -410,3 +410,14 @@ class BadReturns(Actor):
 
 def flush() -> None:
     sys.stdout.flush()
+
+
+class SlowInit(Actor):
+    """An ``__init__`` that takes ``seconds`` (loading a model, say)."""
+
+    def __init__(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    @endpoint
+    def echo(self, value: Any) -> Any:
+        return value

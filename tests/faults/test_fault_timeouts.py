@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from faults_actors import Worker
+from faults_actors import SlowInit, Worker
 from faults_support import run_program
 
 from actormesh import ActorMesh, CallTimeoutError, ProcMesh, proc_mesh
@@ -43,6 +43,20 @@ def test_get_with_a_timeout_names_the_silent_actors_and_their_stacks(
     assert "busy with 'sleep'" in message and "time.sleep(seconds)" in message
     assert "busy with 'asleep'" in message and "await asyncio.sleep(seconds)" in message
     assert "{gpus=1}" not in message  # it answered
+
+
+def test_a_call_waiting_for_a_slow_init_says_so() -> None:
+    procs = proc_mesh(gpus=1).get(timeout=30)
+    try:
+        loading = procs.spawn("loading", SlowInit, 10.0)
+        with pytest.raises(CallTimeoutError) as caught:
+            loading.echo.call_one(1).get(timeout=1.0)
+        message = str(caught.value)
+        assert "the call to 'echo' is queued" in message
+        assert re.search(r"busy with '__init__' \(running for \d+\.\d s\)", message), message
+        assert "time.sleep(seconds)" in message  # its stack, in __init__
+    finally:
+        procs.stop().get(timeout=30)
 
 
 def test_a_running_endpoint_is_named_with_its_time_in_it(workers: ActorMesh[Worker]) -> None:

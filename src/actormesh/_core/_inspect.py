@@ -52,6 +52,12 @@ def describe(mailbox: Mailbox, mine: Callable[[Message], bool]) -> dict[str, Any
         }
         if mine(current):
             return {"state": "running", **busy}
+    elif mailbox.building_since is not None:
+        busy = {
+            "endpoint": "__init__",
+            "seconds": now - mailbox.building_since,
+            "stack": _current_stack(mailbox),
+        }
     queued = mailbox.queued()
     for ahead, message in enumerate(queued):
         if mine(message):

@@ -124,6 +124,8 @@ class Mailbox:
         # concurrent ones by task (loop thread).
         self.current: Message | None = None
         self.since = 0.0
+        # Since when the actor's __init__ runs (None once built): a timeout then says so.
+        self.building_since: float | None = None
         self._drain_task: asyncio.Task[None] | None = None
         self._cancelling: Message | None = None
         self.concurrent: dict[Message, asyncio.Task[bool]] = {}
@@ -136,6 +138,7 @@ class Mailbox:
     ) -> None:
         """Build the actor on its own thread (``__init__`` may block), then call ``done``."""
         self._running = True  # messages wait until the actor exists
+        self.building_since = time.monotonic()
         self._jobs.put((self._construct, factory, done))
 
     def _construct(
@@ -158,6 +161,7 @@ class Mailbox:
     def _after_construct(
         self, error: BaseException | None, done: Callable[[BaseException | None], None]
     ) -> None:
+        self.building_since = None
         with self._lock:
             waiting, self._queue = self._queue, deque()
             if error is not None:
