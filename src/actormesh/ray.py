@@ -83,9 +83,21 @@ class _Load:
         return (_Load, (len(self.in_flight),))
 
     def watch(self, rank: int, ref: Any) -> None:
-        """Count ``ref``'s call (already added to ``in_flight[rank]``) done when it is."""
-        refs = ref if isinstance(ref, list) else [ref]
-        refs[0].future().add_done_callback(lambda done: self.finished(rank, _outcome(done)))
+        """Count ``ref``'s call (already added to ``in_flight[rank]``) done when it is:
+        an ObjectRef, a list of them (``num_returns=n``), or a streaming generator."""
+        first = (ref or [None])[0] if isinstance(ref, list) else ref
+        if isinstance(first, _ray().ObjectRefGenerator):
+            first = first.completed()  # ready when the generator's task has ended
+        if first is None:  # num_returns=0: nothing to wait for
+            self.finished(rank, None)
+            return
+        first.future().add_done_callback(lambda done: self.finished(rank, _outcome(done)))
+
+    def gone(self, ranks: Sequence[int]) -> None:
+        """``ranks`` were killed: ``choose`` never picks them again."""
+        with self.changed:
+            self.dead.update(ranks)
+            self.changed.notify_all()
 
     def finished(self, rank: int, error: BaseException | None) -> None:
         died = isinstance(error, _ray().exceptions.ActorDiedError)
@@ -274,11 +286,19 @@ class ActorMesh(Generic[T]):
         ray = _ray()
         self._actor_cls, decorated = _user_class(actor_cls)
         self.shape, self._shape = _shape_of(shape)
+        if choose == "affinity":
+            raise ValueError(
+                "choose='affinity' picks by a key, and actormesh.ray's choose() takes none: "
+                "use actormesh's own meshes for keyed calls, or another policy"
+            )
         self._policy = policy_from(choose)  # a misspelt policy fails before any actor starts
         count = math.prod(self._shape.sizes)
         environment = copy.deepcopy(dict(runtime_env or decorated.get("runtime_env") or {}))
         variables = dict(environment.get("env_vars", {}))
-        remote = ray.remote(self._actor_cls)
+        # Ray takes concurrency groups when the class is made remote, not in .options().
+        groups = decorated.pop("concurrency_groups", None)
+        make_remote = ray.remote(concurrency_groups=groups) if groups else ray.remote
+        remote = make_remote(self._actor_cls)
         reserved = {**decorated, **_options(resources_per_actor)}
         self._all_actors = []
         for rank in range(count):
@@ -348,6 +368,7 @@ class ActorMesh(Generic[T]):
         left = list(self.actors)
         for actor in left:
             ray.kill(actor)
+        self._load.gone(self._ranks)  # shared with the mesh this one was sliced from
         deadline = None if timeout is None else time.monotonic() + timeout
         while left:
             probes = [(actor, _probe(ray, actor)) for actor in left]

@@ -137,3 +137,24 @@ class Entering:
         while not Path(gate).exists() and time.monotonic() < end:
             time.sleep(0.01)
         return name
+
+
+class Grouped:
+    """A method in a concurrency group of two (the class is decorated with the groups)."""
+
+    @method(concurrency_group="io")
+    def enter_and_hold(self, directory: str, name: str, gate: str) -> str:
+        return Entering().enter_and_hold(directory, name, gate)
+
+
+class Counting:
+    """A streaming method (``num_returns="streaming"``)."""
+
+    @method(num_returns="streaming")
+    def count_up(self, n: int) -> Any:
+        for i in range(n):  # a loop: Ray sends into the generator
+            yield i
+
+    @method
+    def f(self, x: int) -> int:
+        return x

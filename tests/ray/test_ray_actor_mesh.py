@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from ray_actors import Entering, Generator, Member, Pusher, Trainer
+from ray_actors import Counting, Entering, Generator, Grouped, Member, Pusher, Trainer
 
 from actormesh.ray import ActorMesh, method
 from actormesh.testing import wait_until
@@ -212,6 +212,8 @@ def test_bad_shapes_fail_clearly_before_any_actor_starts(ray_cluster: Any) -> No
         ActorMesh(Member, (), {}, shape=(2, "3"))
     with pytest.raises(TypeError, match=r"shape must be an int, a tuple of ints .* not 2\.5"):
         ActorMesh(Member, (), {}, shape=2.5)
+    with pytest.raises(ValueError, match="takes none"):  # affinity needs a key
+        ActorMesh(Member, (), {}, shape=(2,), choose="affinity")
     with pytest.raises(ValueError, match="least_loded"):  # checked before actors start
         ActorMesh(Member, (), {}, shape=(2,), choose="least_loded")
 
@@ -270,7 +272,9 @@ def test_choose_stops_picking_an_actor_found_dead(ray_cluster: Any) -> None:
     )
     try:
         ray_cluster.get(members.methods.whoami.all())
-        members[1:].kill()  # waits, where ray.kill may let a call reach the actor still
+        ray_cluster.kill(members.actors[1])  # behind the mesh's back
+        with pytest.raises(ray_cluster.exceptions.RayActorError):  # this process knows
+            ray_cluster.get(members.actors[1].whoami.remote(), timeout=60)
         failed = 0
         for _ in range(6):
             try:
@@ -280,6 +284,54 @@ def test_choose_stops_picking_an_actor_found_dead(ray_cluster: Any) -> None:
         assert failed <= 1
     finally:
         members.kill()
+
+
+def test_a_killed_sub_mesh_is_never_chosen_and_a_killed_mesh_refuses_choose(
+    ray_cluster: Any,
+) -> None:
+    members = ActorMesh(
+        Member, (), {}, shape=(2,), resources_per_actor={"CPU": 0.1}, choose="round_robin"
+    )
+    ray_cluster.get(members.methods.whoami.all())
+    members[1:].kill()
+    # kill() saw rank 1 dead: the parent mesh, which shares its counts, never picks it.
+    assert [ray_cluster.get(members.methods.whoami.choose(), timeout=60) for _ in range(6)] == [
+        0
+    ] * 6
+    members.kill()
+    with pytest.raises(ray_cluster.exceptions.RayActorError, match="has died"):
+        members.methods.whoami.choose()
+
+
+def test_choose_on_a_streaming_method_gives_its_generator_and_frees_the_actor(
+    ray_cluster: Any,
+) -> None:
+    mesh = ActorMesh(
+        Counting, (), {}, shape=1, resources_per_actor={"CPU": 0.1}, choose="work_queue"
+    )
+    try:
+        stream = mesh.methods.count_up.choose(3)
+        assert [ray_cluster.get(ref, timeout=60) for ref in stream] == [0, 1, 2]
+        # The work queue holds one call per actor: the stream's end let the next one in.
+        assert ray_cluster.get(mesh.methods.f.choose(5), timeout=60) == 5
+    finally:
+        mesh.kill()
+
+
+def test_a_class_with_concurrency_groups_runs_its_group_concurrently(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    decorated = ray_cluster.remote(concurrency_groups={"io": 2})(Grouped)
+    mesh = ActorMesh(decorated, (), {}, shape=1, resources_per_actor={"CPU": 0.1})
+    gate = tmp_path / "gate"
+    try:
+        refs = [mesh.methods.enter_and_hold.all(str(tmp_path), name, str(gate)) for name in "ab"]
+        wait_until(lambda: (tmp_path / "a").exists() and (tmp_path / "b").exists(), 60, "both")
+        gate.touch()
+        assert ray_cluster.get([ref for pair in refs for ref in pair], timeout=60) == ["a", "b"]
+    finally:
+        gate.touch()
+        mesh.kill()
 
 
 def test_the_options_of_a_ray_remote_class_reach_the_mesh_actors(
