@@ -103,6 +103,7 @@ class RaySystem(System):
 
     def start_sync(self) -> None:
         ray.init(
+            address="local",  # its own instance, whatever `ray start` left on the machine
             num_cpus=os.cpu_count(),
             include_dashboard=False,
             log_to_driver=False,

@@ -20,7 +20,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
     """A local Ray cluster for this module; shut down afterwards."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # address="local": a fresh instance even if `ray start` left a cluster on this machine.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield ray
     finally:

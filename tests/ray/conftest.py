@@ -24,6 +24,7 @@ def ray_cluster() -> Iterator[Any]:
     """One local Ray node: 4 CPUs (actors take fractions) and 2 of a custom resource."""
     ray = pytest.importorskip("ray", reason="actormesh.ray needs ray (a dev dependency)")
     ray.init(
+        address="local",  # a fresh instance even if `ray start` left a cluster here
         num_cpus=4,
         resources={"slot": 2},
         include_dashboard=False,

@@ -273,8 +273,15 @@ def test_choose_stops_picking_an_actor_found_dead(ray_cluster: Any) -> None:
     try:
         ray_cluster.get(members.methods.whoami.all())
         ray_cluster.kill(members.actors[1])  # behind the mesh's back
-        with pytest.raises(ray_cluster.exceptions.RayActorError):  # this process knows
-            ray_cluster.get(members.actors[1].whoami.remote(), timeout=60)
+
+        def seen_dead() -> bool:  # by this process: ray.kill returns before that
+            try:
+                ray_cluster.get(members.actors[1].whoami.remote(), timeout=60)
+            except ray_cluster.exceptions.RayActorError:
+                return True
+            return False
+
+        wait_until(seen_dead, 60, "this process to see the killed actor dead")
         failed = 0
         for _ in range(6):
             try:
