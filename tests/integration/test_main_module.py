@@ -119,3 +119,66 @@ def test_a_script_class_that_uses_the_actormesh_module_can_be_spawned(tmp_path: 
     result = run_script(PACKAGE_USER, tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[(False, 0), (False, 1)]"
+
+
+TORCH_SPAWNS = """
+    import torch
+    import torch.nn as nn
+    import torch.optim as optim
+    from torch.distributions import Categorical
+
+    from actormesh.actor import Actor, endpoint, this_host
+
+
+    class Queue(Actor):
+        @endpoint
+        def ping(self):
+            return "queue"
+
+
+    class Buffer(Actor):
+        def __init__(self):
+            self.items = [torch.zeros(2)]
+
+        @endpoint
+        def ping(self):
+            return "buffer"
+
+
+    class Learner(Actor):
+        def __init__(self, buffer):
+            self.model = nn.Linear(4, 2)
+            self.optimizer = optim.Adam(self.model.parameters())
+            self.buffer = buffer
+
+        @endpoint
+        def ping(self):
+            return "learner"
+
+
+    class Scorer(Actor):
+        def __init__(self, queue, buffer):
+            self.dist = Categorical(logits=torch.zeros(3))
+
+        @endpoint
+        def ping(self):
+            return "scorer"
+
+
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    # Four spawns in a row, none awaited: their classes load on four threads at once.
+    queue = procs.spawn("queue", Queue)
+    buffer = procs.spawn("buffer", Buffer)
+    learner = procs.spawn("learner", Learner, buffer)
+    scorer = procs.spawn("scorer", Scorer, queue, buffer)
+    print([mesh.ping.call_one().get(timeout=60) for mesh in (queue, buffer, learner, scorer)])
+    procs.stop().get(timeout=60)
+"""
+
+
+def test_spawns_in_a_row_whose_classes_import_torch_all_load(tmp_path: Path) -> None:
+    # Loaded on one thread each, the specs imported torch's modules at once and one got
+    # the other's half-initialized torch.nn ("partially initialized module").
+    done = run_script(TORCH_SPAWNS, tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "['queue', 'buffer', 'learner', 'scorer']"

@@ -231,13 +231,19 @@ class _SpawnSpec:
     answers meanwhile: heartbeats (the owner would kill a healthy worker after
     ``Config.heartbeat_timeout``), reply-route confirmations, other actors' calls. So it
     is done on the actors' threads, once, under a lock.
+
+    The lock is one for the process, not one per spawn: spawns made one after another
+    load on several threads at once, and two threads importing torch together can each
+    get the other's half-initialized modules (Python breaks the import cycle that way),
+    so specs are loaded one at a time.
     """
+
+    _lock = threading.Lock()
 
     def __init__(self, mesh_id: str, parts: list[memoryview]) -> None:
         self.mesh_id = mesh_id
         self.mesh_name = mesh_id.rsplit("-", 1)[0]
         self._parts: list[memoryview] | None = parts  # views over a copy: they stay valid
-        self._lock = threading.Lock()
         self._spec: Any = None
         self._error: BaseException | None = None
 
