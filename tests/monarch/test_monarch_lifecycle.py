@@ -73,6 +73,19 @@ def test_proc_mesh_stop_ends_its_actors_and_may_be_repeated() -> None:
         echo.ping.call().get(timeout=30)
 
 
+def test_stop_takes_a_reason_that_later_calls_report() -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    echo = procs.spawn("reasoned", Echo)
+    other = procs.spawn("other", Echo)
+    assert echo.ping.call_one().get(timeout=30) == "pong"
+    echo.stop("done with it").get(timeout=30)  # Monarch 0.7: stop(reason="stopped by client")
+    with pytest.raises(Exception, match=r"was stopped \(done with it\)"):
+        echo.ping.call_one().get(timeout=30)
+    procs.stop(reason="the job ended").get(timeout=30)
+    with pytest.raises(Exception, match=r"was stopped \(the job ended\)"):
+        other.ping.call_one().get(timeout=30)
+
+
 def test_get_or_spawn_controller_gives_the_same_actor_each_time() -> None:
     # The controller actor lives as long as this process (Monarch cannot stop it).
     first = get_or_spawn_controller("monarch_test_counter", Echo, "controller").get(timeout=30)

@@ -268,16 +268,19 @@ class ActorMesh(Shaped, Generic[T]):
         inner = runtime.submit(mesh_stacks(runtime, self._ref, ranks, timeout))
         return _from_concurrent(runtime, inner)
 
-    def stop(self) -> Future[None]:
-        """Drop every actor of this mesh; pending calls fail.
+    def stop(self, reason: str = "stopped by client") -> Future[None]:
+        """Drop every actor of this mesh; pending calls fail (their error, and those of
+        later calls, say ``reason``).
 
         The processes of a ``ProcMesh`` stay up for other meshes; those that
         ``actor_mesh()`` started for this mesh alone stop with it.
         """
         state = self._state
+        if not state.stopped:
+            state.stop_reason = f" ({reason})" if reason else ""
         if state.owned is not None:
             state.stopped = True
-            return state.owned.stop()  # type: ignore[no-any-return]
+            return state.owned.stop(reason)  # type: ignore[no-any-return]
         future: Future[None] = Future(Runtime.get().in_loop_thread)
         if state.stopped:
             future._set_result(None)

@@ -256,8 +256,8 @@ class _Request:
             self._error(
                 rank,
                 MeshStoppedError(
-                    f"actor mesh '{self.ref.name}' was stopped before actor {point} answered "
-                    f"{endpoint_named(self.endpoint)}"
+                    f"actor mesh '{self.ref.name}' was stopped{self.state.stop_reason} before "
+                    f"actor {point} answered {endpoint_named(self.endpoint)}"
                 ),
             )
             return

@@ -80,6 +80,7 @@ class MeshState:
         self.name = name
         self.paths = paths
         self.stopped = False
+        self.stop_reason = ""  # what ``stop(reason)`` said, for the errors of later calls
         # The spawn's future (its __init__ calls), and the ranks whose __init__ raised,
         # with what (calls that include one raise it; the other ranks serve on).
         self.initialized: Any = None
@@ -115,7 +116,7 @@ class MeshState:
                 if error is not None:
                     raise error
         if self.stopped:
-            raise MeshStoppedError(f"actor mesh '{self.name}' was stopped")
+            raise MeshStoppedError(f"actor mesh '{self.name}' was stopped{self.stop_reason}")
         if not self.unhandled:
             return
         for failure in self.unhandled:

@@ -125,8 +125,9 @@ class ProcMesh(Shaped):
         request.send([(path, ranks, [payload, *buffers]) for path, ranks in mesh._routes()])
         return mesh  # type: ignore[return-value]
 
-    def stop(self) -> Future[None]:
-        """Stop every process of this mesh (all of it, whichever slice this is)."""
+    def stop(self, reason: str = "stopped by client") -> Future[None]:
+        """Stop every process of this mesh (all of it, whichever slice this is); the
+        errors of calls to its actors say ``reason``."""
         processes = self._processes
         runtime = Runtime.get()
         if processes.stopped:
@@ -136,6 +137,8 @@ class ProcMesh(Shaped):
             _restart.uninstall(processes.restarter)
         for state in all_states():
             if state.mesh_id in processes.meshes:
+                if not state.stopped:
+                    state.stop_reason = f" ({reason})" if reason else ""
                 state.stopped = True
         grace = runtime.config.stop_grace
 
