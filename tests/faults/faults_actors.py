@@ -307,6 +307,11 @@ class Supervisor(Actor):
         return self.seen
 
     @endpoint
+    def child_mesh(self) -> Any:
+        """The child mesh itself, for a caller that is not its owner to hold."""
+        return self.child
+
+    @endpoint
     async def stop_child(self) -> str:
         await self.procs.stop()
         await self.procs.stop()  # twice is fine

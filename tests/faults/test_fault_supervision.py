@@ -79,6 +79,21 @@ def test_an_unhandled_failure_escalates_to_the_controller(
     assert owners.slice(gpus=0).seen_failures.call_one().get(timeout=10) == []
 
 
+def test_a_failed_broadcast_from_a_holder_of_the_mesh_goes_to_its_owner(
+    procs: ProcMesh, failures: list[actormesh.Failure]
+) -> None:
+    owners = procs.spawn("holders", Supervisor, True)
+    owner = owners.slice(gpus=0)
+    owner.start_child.call_one(2).get(timeout=60)
+    child = owner.child_mesh.call_one().get(timeout=30)
+    child.slice(gpus=1).fail.broadcast("held, not owned")  # the controller only holds it
+    wait_until(lambda: owner.seen_failures.call_one().get(timeout=10), 10, "the owner to hear")
+    assert owner.seen_failures.call_one().get(timeout=10) == [
+        {"mesh": "child", "ranks": [1], "kind": "broadcast"}
+    ]
+    assert failures == []  # handled by the owner: nothing reaches the controller
+
+
 def test_an_actor_without_a_hook_escalates_too_and_is_dropped(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:

@@ -76,6 +76,8 @@ class _Delivery:
     connect: ClassVar[Callable[[str], Connection] | None] = None
     # How to drop an actor that failed for good (the runtime's ``drop_actor``, any thread).
     drop: ClassVar[Callable[[str, int, BaseException], None] | None] = None
+    # How to tell a mesh's spawner of a failure (the runtime's ``escalate``, any thread).
+    escalate: ClassVar[Callable[[str, int, str, bytes], bool] | None] = None
 
     def __init__(
         self,
@@ -153,12 +155,18 @@ class _Delivery:
             error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint, as_sent=as_sent
         )
         if self.req_id == 0 and self.port is None:
-            # Nobody waits for this answer: the failure goes to whoever spawned the mesh,
-            # and the actor is dropped, as Monarch drops an actor whose message failed
-            # with no one to answer (its __cleanup__ gets the error).
-            header = env.encode_header((env.FAILURE, self.mesh_id, self.rank, self.endpoint))
-            with contextlib.suppress(TransportClosed):
-                self.conn.send([header, payload])
+            # Nobody waits for this answer: the failure goes to whoever spawned the mesh
+            # (not to the sender, who may only hold a reference to it), and the actor is
+            # dropped, as Monarch drops an actor whose message failed with no one to
+            # answer (its __cleanup__ gets the error). Without a known spawner (an actor
+            # hosted by host()), the sender hears of it.
+            told = _Delivery.escalate is not None and _Delivery.escalate(
+                self.mesh_id, self.rank, self.endpoint, payload
+            )
+            if not told:
+                header = env.encode_header((env.FAILURE, self.mesh_id, self.rank, self.endpoint))
+                with contextlib.suppress(TransportClosed):
+                    self.conn.send([header, payload])
             if _Delivery.drop is not None:
                 _Delivery.drop(self.mesh_id, self.rank, error)
             return

@@ -113,6 +113,7 @@ class CoreRuntime(Hosting):
         _Delivery.max_bytes = config.max_message_bytes
         _Delivery.connect = self.connection
         _Delivery.drop = self.drop_actor
+        _Delivery.escalate = self.escalate
         self.loop = loop
         self.key = key
         # Workers started here share their owner's directory; others make their own.
