@@ -420,3 +420,11 @@ class Spawner(Actor):
     @endpoint
     async def stop_procs(self) -> None:
         await self.procs.stop()
+
+
+class SiblingMaker(Actor):
+    """Spawns meshes in its own process and hands them back at once (never awaited)."""
+
+    @endpoint
+    def sibling(self, index: int) -> Any:
+        return context().actor_instance.proc.spawn(f"sibling{index}", Echo, "sibling")

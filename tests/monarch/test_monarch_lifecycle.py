@@ -19,9 +19,9 @@ from actormesh.actor import (
 )
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
-    from tests.monarch.monarch_actors import Cleaner, Echo, Spawner, SyncCleaner
+    from tests.monarch.monarch_actors import Cleaner, Echo, SiblingMaker, Spawner, SyncCleaner
 else:
-    from monarch_actors import Cleaner, Echo, Spawner, SyncCleaner
+    from monarch_actors import Cleaner, Echo, SiblingMaker, Spawner, SyncCleaner
 
 
 def _receive(
@@ -63,6 +63,19 @@ def test_proc_mesh_stop_runs_cleanup_with_none() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_a_mesh_an_actor_just_spawned_answers_the_first_call_of_whoever_gets_it() -> None:
+    # The spawn leaves the actor on one connection, the caller's call on another: the
+    # call may come first, and waits for the spawn (it failed about one time in ten).
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        maker = procs.spawn("maker", SiblingMaker)
+        for index in range(30):
+            sibling = maker.sibling.call_one(index).get(timeout=30)
+            assert sibling.get_tag.call_one().get(timeout=30) == "sibling"
+    finally:
+        procs.stop().get(timeout=30)
+
+
 def test_proc_mesh_stop_ends_its_actors_and_may_be_repeated() -> None:
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     echo = procs.spawn("short_lived", Echo)

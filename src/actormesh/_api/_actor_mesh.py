@@ -22,7 +22,7 @@ from ._adverbs import Adverbs
 from ._choose import ChooseSettings, WhenFull
 from ._endpoint import Endpoint, EndpointOptions, NotAnEndpoint
 from ._future import Future, resolved
-from ._mesh_state import MeshState, state_of
+from ._mesh_state import DEFAULT_STOP_REASON, MeshState, state_of
 from ._routing import Affinity, ChoosePolicy, policy_from
 
 if TYPE_CHECKING:
@@ -268,7 +268,7 @@ class ActorMesh(Shaped, Generic[T]):
         inner = runtime.submit(mesh_stacks(runtime, self._ref, ranks, timeout))
         return _from_concurrent(runtime, inner)
 
-    def stop(self, reason: str = "stopped by client") -> Future[None]:
+    def stop(self, reason: str = DEFAULT_STOP_REASON) -> Future[None]:
         """Drop every actor of this mesh; pending calls fail (their error, and those of
         later calls, say ``reason``).
 
@@ -276,8 +276,7 @@ class ActorMesh(Shaped, Generic[T]):
         ``actor_mesh()`` started for this mesh alone stop with it.
         """
         state = self._state
-        if not state.stopped:
-            state.stop_reason = f" ({reason})" if reason else ""
+        state.note_stop(reason)
         if state.owned is not None:
             state.stopped = True
             return state.owned.stop(reason)  # type: ignore[no-any-return]

@@ -15,7 +15,7 @@ from typing import Any
 
 from .._exceptions import MeshStoppedError, SupervisionError
 
-__all__ = ["DEATHS", "Failure", "MeshState", "all_states", "state_of"]
+__all__ = ["DEATHS", "DEFAULT_STOP_REASON", "Failure", "MeshState", "all_states", "state_of"]
 
 # Failure kinds after which the ranks are gone for good (not restarted): a process died;
 # an actor's ``__init__`` raised ("init");
@@ -24,6 +24,8 @@ __all__ = ["DEATHS", "Failure", "MeshState", "all_states", "state_of"]
 DEATHS = frozenset({"died", "restart_failed", "broadcast", "unhandled", "init"})
 
 _LATENCY_WINDOW = 1024
+# Monarch's ``stop()`` reason when none is given; errors do not repeat it.
+DEFAULT_STOP_REASON = "stopped by client"
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ class MeshState:
         self.name = name
         self.paths = paths
         self.stopped = False
-        self.stop_reason = ""  # what ``stop(reason)`` said, for the errors of later calls
+        self.stop_reason = ""  # " (why)", from ``stop(reason)``, for the errors of calls
         # The spawn's future (its __init__ calls), and the ranks whose __init__ raised,
         # with what (calls that include one raise it; the other ranks serve on).
         self.initialized: Any = None
@@ -106,6 +108,12 @@ class MeshState:
         # What to stop with the mesh: the processes `actor_mesh()` started for it.
         self.owned: Any = None
         self._named_policies: dict[tuple[str, str], Any] = {}
+
+    def note_stop(self, reason: str) -> None:
+        """Remember why the mesh is being stopped (the first stop's reason, when it is not
+        Monarch's default), for the errors of calls to it."""
+        if not self.stopped and reason and reason != DEFAULT_STOP_REASON:
+            self.stop_reason = f" ({reason})"
 
     def check_usable(self, ranks: tuple[int, ...] | list[int]) -> None:
         """Raise if a call to ``ranks`` may not go out: the mesh was stopped, or one of

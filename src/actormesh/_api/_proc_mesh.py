@@ -34,7 +34,7 @@ from ._actor_mesh import ActorMesh, MeshRef, _StopRequest
 from ._adverbs import _Gather
 from ._allocator import Allocator, LocalAllocator, ProcessSpec
 from ._future import Future, resolved
-from ._mesh_state import Failure, all_states
+from ._mesh_state import DEFAULT_STOP_REASON, Failure, all_states
 
 __all__ = ["ProcMesh", "managed", "own_process", "proc_mesh", "process_specs"]
 
@@ -125,7 +125,7 @@ class ProcMesh(Shaped):
         request.send([(path, ranks, [payload, *buffers]) for path, ranks in mesh._routes()])
         return mesh  # type: ignore[return-value]
 
-    def stop(self, reason: str = "stopped by client") -> Future[None]:
+    def stop(self, reason: str = DEFAULT_STOP_REASON) -> Future[None]:
         """Stop every process of this mesh (all of it, whichever slice this is); the
         errors of calls to its actors say ``reason``."""
         processes = self._processes
@@ -137,8 +137,7 @@ class ProcMesh(Shaped):
             _restart.uninstall(processes.restarter)
         for state in all_states():
             if state.mesh_id in processes.meshes:
-                if not state.stopped:
-                    state.stop_reason = f" ({reason})" if reason else ""
+                state.note_stop(reason)
                 state.stopped = True
         grace = runtime.config.stop_grace
 

@@ -21,6 +21,7 @@ from .._transport import Connection, TransportClosed
 from . import _envelope as env
 from . import _snapshot
 from ._debugger import paused
+from ._early_calls import EarlyCalls
 from ._inspect import describe
 from ._limits import check_message_size
 from ._mailbox import Mailbox
@@ -291,6 +292,8 @@ class Hosting:
     _absent_answers: dict[tuple[str, int], bytes]
     # Connections callers' own event loops read their replies on, by token (REPLY_TO).
     _reply_conns: dict[str, Connection]
+    # Calls that came before their mesh's spawn did.
+    _early: EarlyCalls
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         raise NotImplementedError
@@ -303,7 +306,11 @@ class Hosting:
         reply_conn = self._reply_conns.get(token) if token is not None else None
         port = header[6] if len(header) > 6 else None
         view = header[7] if len(header) > 7 else None
-        actors = self._hosted.get(mesh_id, {})
+        actors = self._hosted.get(mesh_id)
+        if actors is None:
+            if self._early.hold(mesh_id, (conn, header, parts)):
+                return  # its spawn is still on its way (another sender's connection)
+            actors = {}
         payload, buffers = parts[1], parts[2:]
         for rank in ranks:
             hosted = actors.get(rank)
@@ -381,6 +388,7 @@ class Hosting:
                     conn.send(reply)
 
             mailbox.construct(build, done)
+        self._early.arrived(mesh_id)
 
     def _deliveries(
         self, conn: Connection, mesh_id: str, ranks: Sequence[int], req_id: int
@@ -496,6 +504,7 @@ class Hosting:
     def _handle_stop_mesh(self, conn: Connection, header: tuple[Any, ...]) -> None:
         _, req_id, mesh_id = header
         self._spawners.pop(mesh_id, None)
+        self._early.ended(mesh_id)
         for key in [key for key in self._absent_answers if key[0] == mesh_id]:
             del self._absent_answers[key]
         actors = list(self._hosted.pop(mesh_id, {}).values())

@@ -53,12 +53,16 @@ from .._transport._connection import CloseHandler
 from .._transport._frames import Buffer
 from . import _envelope as env
 from ._dispatch import Handler, Table, dispatch, frame_table
+from ._early_calls import EarlyCalls
 from ._hosting import Hosting, _Delivery, _HostedActor
 from ._reply_routes import ReplyRoute, ReplyRoutes
 
 __all__ = ["CoreRuntime", "FrameKindHandler", "ReplyHandler", "new_event_loop"]
 
 log = logging.getLogger("actormesh.runtime")
+# Seconds a call for a mesh unknown here waits for that mesh's spawn (see _early_calls):
+# the spawn is already on its way when the call could be made.
+_EARLY_CALL_WAIT = 10.0
 T = TypeVar("T")
 FrameKindHandler = Callable[[Connection, tuple[Any, ...], list[memoryview]], None]
 R = TypeVar("R", bound="CoreRuntime")
@@ -135,6 +139,7 @@ class CoreRuntime(Hosting):
         self._spawners: dict[str, Connection] = {}  # mesh id -> who spawned it here
         self._absent_answers: dict[tuple[str, int], bytes] = {}
         self._reply_conns: dict[str, Connection] = {}
+        self._early = EarlyCalls(loop, _EARLY_CALL_WAIT, self._handle_call)
         # Calls made on other event loops get their replies read there (no thread hop).
         self.routes = ReplyRoutes(
             loop, self._new_route_connection, key, spin=self.config.reply_spin
