@@ -325,26 +325,19 @@ def test_choose_on_a_streaming_method_gives_its_generator_and_frees_the_actor(
         mesh.kill()
 
 
-def test_a_class_with_concurrency_groups_runs_its_group_concurrently(
-    ray_cluster: Any, tmp_path: Path
-) -> None:
-    decorated = ray_cluster.remote(concurrency_groups={"io": 2})(Grouped)
-    mesh = ActorMesh(decorated, (), {}, shape=1, resources_per_actor={"CPU": 0.1})
-    gate = tmp_path / "gate"
-    try:
-        refs = [mesh.methods.enter_and_hold.all(str(tmp_path), name, str(gate)) for name in "ab"]
-        wait_until(lambda: (tmp_path / "a").exists() and (tmp_path / "b").exists(), 60, "both")
-        gate.touch()
-        assert ray_cluster.get([ref for pair in refs for ref in pair], timeout=60) == ["a", "b"]
-    finally:
-        gate.touch()
-        mesh.kill()
-
-
+@pytest.mark.parametrize(
+    ("options", "cls"),
+    [
+        ({"max_concurrency": 2}, Entering),
+        # Ray takes these when the class is made remote, never in .options().
+        ({"concurrency_groups": {"io": 2}}, Grouped),
+    ],
+    ids=["max_concurrency", "concurrency_groups"],
+)
 def test_the_options_of_a_ray_remote_class_reach_the_mesh_actors(
-    ray_cluster: Any, tmp_path: Path
+    ray_cluster: Any, tmp_path: Path, options: dict[str, Any], cls: type
 ) -> None:
-    decorated = ray_cluster.remote(max_concurrency=2)(Entering)
+    decorated = ray_cluster.remote(**options)(cls)
     mesh = ActorMesh(decorated, (), {}, shape=1, resources_per_actor={"CPU": 0.1})
     gate = tmp_path / "gate"
     try:
