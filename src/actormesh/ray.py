@@ -76,6 +76,7 @@ class _Load:
     def __init__(self, count: int) -> None:
         self.in_flight = [0] * count
         self.dead: set[int] = set()
+        self.killed: set[int] = set()  # by kill(): dead whatever a late callback says
         # Notified when a call finishes: a `choose` waiting for capacity looks again.
         self.changed = threading.Condition()
 
@@ -96,6 +97,7 @@ class _Load:
     def gone(self, ranks: Sequence[int]) -> None:
         """``ranks`` were killed: ``choose`` never picks them again."""
         with self.changed:
+            self.killed.update(ranks)
             self.dead.update(ranks)
             self.changed.notify_all()
 
@@ -105,7 +107,7 @@ class _Load:
             self.in_flight[rank] -= 1
             if died:
                 self.dead.add(rank)
-            elif error is None:
+            elif error is None and rank not in self.killed:
                 self.dead.discard(rank)
             self.changed.notify_all()
 

@@ -175,7 +175,8 @@ class _Request:
         if started is not None:
             self.state.finished(rank, started, ok)
         if ok:
-            self._answered(rank)
+            if self.state.dead:  # (checked inline: this runs for every reply)
+                self._answered(rank)
             try:
                 value = loads(parts[0], parts[1:])
             except Exception as error:
@@ -193,7 +194,7 @@ class _Request:
                 self._value(rank, value)
         else:
             raised = raised_error(parts[0])
-            if not isinstance(raised, ActorDiedError):
+            if self.state.dead and not isinstance(raised, ActorDiedError):
                 # Not "this actor is gone" (the answer for one dropped after a failure).
                 self._answered(rank)
             init_error = self.state.init_errors.get(rank)
@@ -215,7 +216,7 @@ class _Request:
         return False
 
     def _answered(self, rank: int) -> None:
-        if self.state.dead and rank not in self.state.init_errors:
+        if rank not in self.state.init_errors:
             # It answered: alive (restarted, say). Not a rank whose __init__ raised: its
             # process answers for it, and it stays gone.
             self.state.dead.pop(rank, None)

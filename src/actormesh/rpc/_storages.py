@@ -57,29 +57,27 @@ class StorageTable:
                 return NotImplemented
             carrier = torch.empty(0, dtype=torch.uint8).set_(storage)
             self._carriers[key] = carrier
-        return _view_of, (
-            carrier,
-            tensor.dtype,
-            tensor.storage_offset(),
-            tuple(tensor.shape),
-            tuple(tensor.stride()),
-            tensor.requires_grad,
-            type(tensor) is torch.nn.Parameter,
-        )
+        return _as_view(carrier, tensor, tensor)
 
 
 def _copied(tensor: torch.Tensor) -> Any:
     # torch's clone keeps the strides of a dense view (a transposed block stays
     # transposed) and makes any other contiguous.
     copy = tensor.detach().clone()
+    return _as_view(copy.reshape(-1) if copy.is_contiguous() else _span(copy), copy, tensor)
+
+
+def _as_view(carrier: torch.Tensor, view: torch.Tensor, original: torch.Tensor) -> Any:
+    """The reduction rebuilding ``view`` over ``carrier``'s storage, as ``original`` was
+    (requiring grad, a Parameter)."""
     return _view_of, (
-        copy.reshape(-1) if copy.is_contiguous() else _span(copy),
-        copy.dtype,
-        0,
-        tuple(copy.shape),
-        tuple(copy.stride()),
-        tensor.requires_grad,
-        type(tensor) is torch.nn.Parameter,
+        carrier,
+        view.dtype,
+        view.storage_offset(),
+        tuple(view.shape),
+        tuple(view.stride()),
+        original.requires_grad,
+        type(original) is torch.nn.Parameter,
     )
 
 
