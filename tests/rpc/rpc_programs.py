@@ -774,3 +774,94 @@ def leader_leaves_early(rank: int, world_size: int) -> Any:
         ns.rpc.shutdown(graceful=False)
         threading.Event().wait()  # stays alive until the test ends it
     return _timed_shutdown(ns)
+
+
+# -- DistributedDataParallel inside distributed autograd (pytorch/examples' ddp_rpc) ---------
+
+
+def seeded_embedding_bag(seed: int) -> nn.EmbeddingBag:
+    torch.manual_seed(seed)
+    return nn.EmbeddingBag(10, 4, mode="sum")
+
+
+def bag_forward(rref: Any, indices: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return rref.local_value()(indices, offsets)
+
+
+def bag_param_rrefs(rref: Any) -> list[Any]:
+    return [api().rpc.RRef(p) for p in rref.local_value().parameters()]
+
+
+def bag_weight(rref: Any) -> list[float]:
+    return list(rref.local_value().weight.detach().flatten().tolist())
+
+
+def bag_grad(rref: Any, context_id: int) -> list[float]:
+    """The gradient of the table's weight in ``context_id`` (flattened; to_dense: it is
+    sparse when the bag is)."""
+    grad = api().dist_autograd.get_gradients(context_id)[rref.local_value().weight]
+    return list(grad.to_dense().flatten().tolist())
+
+
+def ddp_rpc(rank: int, world_size: int, backend: str, steps: int, pg_file: str) -> dict[str, Any]:
+    """Two trainers (ranks 0, 1) whose dense layer is one DDP module over gloo, each with an
+    embedding table on the parameter server (rank 2), trained with distributed autograd
+    and ``DistributedOptimizer``: the pattern of pytorch/examples' ``ddp_rpc``."""
+    ns = init(rank, world_size, backend, name="ps" if rank == 2 else f"trainer{rank}")
+    out: dict[str, Any] = {}
+    if rank < 2:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", init_method=f"file://{pg_file}", rank=rank, world_size=2)
+        try:
+            out = _ddp_trainer(ns, rank, steps)
+        finally:
+            dist.destroy_process_group()
+    ns.rpc.shutdown()
+    return out
+
+
+def _ddp_trainer(ns: SimpleNamespace, rank: int, steps: int) -> dict[str, Any]:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    rpc, dist_autograd = ns.rpc, ns.dist_autograd
+    table = rpc.remote("ps", seeded_embedding_bag, args=(10 + rank,))
+    torch.manual_seed(20 + rank)  # different per rank: DDP must broadcast rank 0's
+    dense = nn.Linear(4, 3)
+    model = DistributedDataParallel(dense)
+    optimizer = ns.DistributedOptimizer(
+        torch.optim.SGD,
+        [*rpc.rpc_sync("ps", bag_param_rrefs, args=(table,)), *map(rpc.RRef, dense.parameters())],
+        lr=0.1,
+    )
+    generator = torch.Generator().manual_seed(30 + rank)
+    out: dict[str, Any] = {"loss": [], "dense_grad": [], "table": [], "average_error": []}
+    untouched = True
+    for _ in range(steps):
+        indices = torch.randint(0, 10, (8,), generator=generator)
+        offsets = torch.tensor([0, 2, 4, 6])
+        target = torch.randn(4, 3, generator=generator)
+        with dist_autograd.context() as context_id:
+            embedded = rpc.rpc_sync("ps", bag_forward, args=(table, indices, offsets))
+            loss = nn.functional.mse_loss(model(embedded), target)
+            dist_autograd.backward(context_id, [loss])
+            grads = dist_autograd.get_gradients(context_id)
+            dense_grad = torch.cat([grads[p].flatten() for p in dense.parameters()])
+            untouched = untouched and all(p.grad is None for p in dense.parameters())
+            # What DDP must have made of it: the mean of both trainers' own gradients.
+            own = torch.autograd.grad(
+                nn.functional.mse_loss(dense(embedded.detach()), target), list(dense.parameters())
+            )
+            mean = torch.cat([g.flatten() for g in own])
+            dist.all_reduce(mean)
+            mean /= 2
+            out["average_error"].append(float((dense_grad - mean).abs().max()))
+            out["dense_grad"].append(dense_grad.tolist())
+            out["table"].append(rpc.rpc_sync("ps", bag_grad, args=(table, context_id)))
+            optimizer.step(context_id)
+        out["loss"].append(loss.item())
+    out["dense"] = torch.cat([p.detach().flatten() for p in dense.parameters()]).tolist()
+    out["table_after"] = rpc.rpc_sync("ps", bag_weight, args=(table,))
+    out["grads_untouched"] = untouched
+    return out

@@ -9,6 +9,8 @@ programs observed.
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ pytestmark = pytest.mark.timeout(300)
 
 BACKENDS = ["torch", "actormesh"]
 PS_RNN_STEPS = 4
+DDP_STEPS = 3
 
 _cache: dict[tuple[str, str], Any] = {}
 
@@ -32,6 +35,13 @@ def observed(program: str, backend: str) -> dict[str, Any]:
         try:
             if program == "contract":
                 _cache[key] = run_group(rpc_programs.contract, 3, backend, timeout=250)[0]
+            elif program == "ddp_rpc":
+                with tempfile.TemporaryDirectory() as folder:
+                    pg_file = os.path.join(folder, "pg")
+                    results = run_group(
+                        rpc_programs.ddp_rpc, 3, backend, DDP_STEPS, pg_file, timeout=250
+                    )
+                _cache[key] = {"trainer0": results[0], "trainer1": results[1]}
             else:
                 _cache[key] = run_group(rpc_programs.ps_rnn, 2, backend, PS_RNN_STEPS, timeout=250)[
                     1
@@ -53,6 +63,11 @@ def contract(request: pytest.FixtureRequest) -> dict[str, Any]:
 @pytest.fixture(params=BACKENDS)
 def ps_rnn(request: pytest.FixtureRequest) -> dict[str, Any]:
     return observed("ps_rnn", request.param)
+
+
+@pytest.fixture(params=BACKENDS)
+def ddp_rpc(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return observed("ddp_rpc", request.param)
 
 
 # -- 1. the group ----------------------------------------------------------------------
@@ -217,10 +232,28 @@ def test_parameter_server_rnn_matches_a_local_copy_at_every_step(ps_rnn: dict[st
     assert ps_rnn["grads_untouched"] == [True]
 
 
+# -- DistributedDataParallel inside distributed autograd (ddp_rpc) --------------------------
+
+
+def test_ddp_under_distributed_autograd_averages_gradients_in_the_context(
+    ddp_rpc: dict[str, Any],
+) -> None:
+    for trainer in ("trainer0", "trainer1"):
+        seen = ddp_rpc[trainer]
+        assert len(seen["loss"]) == DDP_STEPS
+        # The dense layer's gradient in each trainer's context is the mean over trainers.
+        assert max(seen["average_error"]) <= 1e-6, seen["average_error"]
+        assert seen["grads_untouched"], "distributed autograd wrote .grad"
+    first, second = ddp_rpc["trainer0"], ddp_rpc["trainer1"]
+    assert first["dense_grad"] == second["dense_grad"]
+    assert first["dense"] == second["dense"]  # DDP keeps the replicas equal
+    assert first["table_after"] != second["table_after"]  # each trainer's own table
+
+
 # -- torch and actormesh side by side --------------------------------------------------------
 
 
-@pytest.mark.parametrize("program", ["contract", "ps_rnn"])
+@pytest.mark.parametrize("program", ["contract", "ps_rnn", "ddp_rpc"])
 def test_both_backends_observe_the_same(program: str) -> None:
     mismatches = _differences(observed(program, "torch"), observed(program, "actormesh"))
     assert not mismatches, "\n".join(mismatches)
@@ -240,7 +273,7 @@ def _differences(expected: Any, got: Any, path: str = "") -> list[str]:
             for d in _differences(e, g, f"{path}[{i}]")
         ]
     if isinstance(expected, float) and isinstance(got, float):
-        if path.startswith((".grad_diff", ".param_diff")):
+        if path.startswith((".grad_diff", ".param_diff")) or ".average_error" in path:
             return []  # both are checked against 1e-6 above; their exact value may differ
         return (
             []

@@ -24,7 +24,8 @@ TEST_TIMEOUT_S = 150
 
 # The fast subset of the default run, "Suite.test_name": every area of the API (joining
 # and leaving, calls, RRefs and their lifetimes, async_execution, timeouts and errors,
-# distributed autograd, DistributedOptimizer, RemoteModule), each test a second or two.
+# distributed autograd, DistributedOptimizer, RemoteModule, DDP inside distributed
+# autograd), each test a second or two.
 FAST: list[str] = [
     "RpcTest.test_worker_id",
     "RpcTest.test_get_worker_infos",
@@ -105,6 +106,11 @@ FAST: list[str] = [
     "DistAutogradTest.test_worker_ids_recorded",
     "DistAutogradTest.test_backward_node_failure",
     "TensorPipeAgentDistAutogradTest.test_backward_simple_sparse",
+    "DistAutogradTest.test_post_hooks",
+    "DdpComparisonTest.test_ddp_comparison",
+    "DdpComparisonTest.test_ddp_dist_autograd_sparse_grads",
+    "DdpComparisonTest.test_ddp_dist_autograd_local_vs_remote",
+    "DdpUnderDistAutogradTest.test_backward_ddp_inside",
     "DistOptimizerTest.test_dist_optim",
     "DistOptimizerTest.test_dist_optim_exception",
     "DistOptimizerTest.test_dist_optim_exception_on_constructor",

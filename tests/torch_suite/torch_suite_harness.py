@@ -62,6 +62,7 @@ if os.environ.get(RANK_ENV) == "actormesh":
 
 import torch.distributed.rpc as rpc  # noqa: E402 (after the alias, on purpose)
 from torch.testing._internal.common_distributed import MultiProcessTestCase  # noqa: E402
+from torch.testing._internal.distributed import ddp_under_dist_autograd_test  # noqa: E402
 from torch.testing._internal.distributed.nn.api import remote_module_test  # noqa: E402
 from torch.testing._internal.distributed.rpc import (  # noqa: E402
     dist_autograd_test,
@@ -86,6 +87,10 @@ SUITES: dict[str, type] = {
     "DistOptimizerTest": dist_optimizer_test.DistOptimizerTest,
     "RemoteModuleTest": remote_module_test.RemoteModuleTest,
     "ThreeWorkersRemoteModuleTest": remote_module_test.ThreeWorkersRemoteModuleTest,
+    # DistributedDataParallel inside distributed autograd (torch's
+    # test/distributed/rpc/test_tensorpipe_agent.py runs these two as well).
+    "DdpUnderDistAutogradTest": ddp_under_dist_autograd_test.DdpUnderDistAutogradTest,
+    "DdpComparisonTest": ddp_under_dist_autograd_test.DdpComparisonTest,
 }
 
 # Why a test is skipped on both backends. A key is "Suite.test_name", or "*.test_name"
@@ -212,10 +217,6 @@ DIFFERENCES: dict[str, str] = {
     "DistAutogradTest.test_backward_unused_send_function": (
         "deliberately better: torch's backward hangs forever when an RPC's result is "
         "unused (the test checks that it hangs); actormesh's completes"
-    ),
-    "DistAutogradTest.test_post_hooks": (
-        "post hooks on AccumulateGrad nodes do not run: leaf gradients are computed with "
-        "torch.autograd.grad(inputs=leaves), which does not execute those nodes"
     ),
     "RpcTest.test_use_rref_after_shutdown": (
         "its second half calls torch's internal pickler (rpc.internal.serialize); the "

@@ -1,20 +1,28 @@
-"""Distributed autograd: contexts, send/recv records, and the backward pass across workers.
+"""Distributed autograd: contexts, send/recv nodes, and the backward pass across workers.
+
+The local part of every pass is torch's own distributed engine (the ``DistEngine`` behind
+``torch.distributed.autograd.backward``), run on a torch context that shadows ours; this
+module adds what torch does in its RPC agent, over actormesh's messages:
 
 Forward: while a context is current, every RPC carries its id. A message that carries
-tensors requiring grad is recorded on both sides under one message key: the sender keeps
-the tensors it sent ("send"), the receiver keeps the leaf tensors it rebuilt ("recv").
-Replies are recorded the same way, so a worker's graph ends in recv leaves and starts at
-send tensors.
+tensors requiring grad gets a *send node* on the sender (``_SendBackward``, an autograd
+function over the tensors sent) and a *recv node* per such tensor on the receiver
+(``_RecvBackward``, the grad_fn of the tensor the receiver rebuilt), both under one
+message key: the graph of a worker ends in recv nodes and starts at send nodes, as
+torch's ends in ``RecvRpcBackward`` and starts at ``SendRpcBackward``.
 
-Backward: a *pass* on one worker takes some tensors and their gradients, finds the leaves
-they reach, and computes the leaves' gradients with ``torch.autograd.grad``. Gradients of
-local leaves accumulate in the context (never in ``.grad``); gradients of recv leaves go
-back to the worker that sent those tensors, which runs a pass from its send record. A
-worker answers a gradient message only once every pass it caused has finished, so when
-``backward`` returns on the root, the whole distributed backward has finished. Summing
-the passes is exact because backward is linear in the incoming gradient; the graphs are
-kept (``retain_graph``) until the context is released, as one worker may receive
-gradients for one message from several passes.
+Backward: a *pass* on one worker runs torch's engine from some roots in the worker's
+torch context: the program's roots, or the send node of a message whose gradients just
+arrived. Leaves accumulate into the context exactly as with torch (its
+``AccumulateGrad`` capture hooks, so post hooks and DDP's reducer run, with the
+context current: DDP's averaged gradients land in the context), never in ``.grad``.
+Recv nodes hand their gradients to the pass, which sends them, per message, to the
+worker that sent the tensors; that worker runs a pass from its send node. A worker
+answers a gradient message only once every pass it caused has finished, so when
+``backward`` returns on the root, the whole distributed backward has finished. The
+graphs are kept (``retain_graph``) until the context is released, as one worker may
+receive gradients for one message from several passes. Passes of one context run one
+at a time on a worker (torch's engine allows one per context).
 
 Release: leaving ``context()`` releases it here and on every worker it reached (each
 forwards the release to the workers it reached); a dead worker's contexts are released
@@ -25,13 +33,16 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import logging
+import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future as ConcurrentFuture
 from pickle import PickleBuffer
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch._C._distributed_autograd as _torch_dist
 
 from ._agent import endpoint
 from ._wire import DecodeSession, EncodeSession, decode, encode
@@ -41,7 +52,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Context", "Engine", "current_context", "engine", "running_in"]
 
+log = logging.getLogger("actormesh.rpc")
+
 MsgKey = tuple[int, int]
+# A recv node's gradient on its way back: (message key, sending worker, index, gradient).
+Outgoing = tuple[MsgKey, int, int, torch.Tensor]
 
 _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
     "actormesh_rpc_autograd_context", default=None
@@ -72,19 +87,42 @@ class running_in:
 
 
 class Context:
-    """One distributed autograd context as this worker knows it."""
+    """One distributed autograd context as this worker knows it.
 
-    __slots__ = ("grads", "id", "known", "lock", "recv_index", "recvs", "released", "sends")
+    Its gradients live in a torch context of this process (``torch_id``), made on the
+    first pass that runs here: torch's engine accumulates into it.
+    """
+
+    __slots__ = (
+        "collecting",
+        "id",
+        "known",
+        "lock",
+        "pass_lock",
+        "released",
+        "sends",
+        "torch_id",
+    )
 
     def __init__(self, context_id: int) -> None:
         self.id = context_id
         self.lock = threading.Lock()
+        # One pass at a time: torch's engine refuses a second one on a context.
+        self.pass_lock = threading.Lock()
         self.known: set[int] = set()
-        self.sends: dict[MsgKey, list[torch.Tensor]] = {}
-        self.recvs: dict[MsgKey, tuple[int, dict[int, torch.Tensor]]] = {}
-        self.recv_index: dict[int, tuple[MsgKey, int, int]] = {}
-        self.grads: dict[torch.Tensor, torch.Tensor] = {}
+        self.sends: dict[MsgKey, torch.Tensor] = {}  # message key -> send node's output
+        self.torch_id: int | None = None
+        # Where recv nodes put their gradients while a pass runs (None between passes).
+        self.collecting: list[Outgoing] | None = None
         self.released = False
+
+    def gradients(self) -> dict[torch.Tensor, torch.Tensor]:
+        """The gradients accumulated here, by leaf tensor."""
+        torch_id = self.torch_id
+        if torch_id is None or self.released:
+            return {}
+        grads: dict[torch.Tensor, torch.Tensor] = _torch_dist.get_gradients(torch_id)
+        return grads
 
     # torch's DistAutogradContext spelling, for programs that inspect contexts.
 
@@ -93,6 +131,49 @@ class Context:
 
     def _known_worker_ids(self) -> set[int]:
         return set(self.known)
+
+
+class _SendBackward(torch.autograd.Function):
+    """The send node of one message: its backward hands out the gradients that came back."""
+
+    @staticmethod
+    def forward(fctx: Any, *tensors: torch.Tensor) -> torch.Tensor:
+        fctx.set_materialize_grads(False)
+        fctx.incoming = ()
+        return torch.zeros(())
+
+    @staticmethod
+    def backward(fctx: Any, _: Any) -> tuple[torch.Tensor | None, ...]:
+        incoming: tuple[torch.Tensor | None, ...] = fctx.incoming
+        return incoming
+
+
+class _RecvBackward(torch.autograd.Function):
+    """The recv node of one tensor of a message: its gradient goes back to the sender."""
+
+    @staticmethod
+    def forward(fctx: Any, ctx: Context, key: MsgKey, src: int, index: int, t: Any) -> Any:
+        fctx.set_materialize_grads(False)
+        fctx.route = (ctx, key, src, index)
+        return t.detach()
+
+    @staticmethod
+    def backward(fctx: Any, grad: torch.Tensor | None) -> tuple[None, ...]:
+        ctx, key, src, index = fctx.route
+        sink = ctx.collecting
+        if sink is None:
+            raise RuntimeError(
+                f"a tensor received in distributed autograd context {ctx.id} was "
+                "differentiated outside a distributed backward pass of that context "
+                "(use dist_autograd.backward, inside the context)"
+                if not ctx.released
+                else "Autograd context no longer valid! This usually means the autograd "
+                f"context {ctx.id} was cleaned up before its backward pass reached this "
+                "tensor"
+            )
+        if grad is not None:
+            sink.append((key, src, index, grad))
+        return (None, None, None, None, None)
 
 
 class Engine:
@@ -108,6 +189,7 @@ class Engine:
         # with how much of it: torch counts one backward pass per context and worker.
         self._active: dict[int, int] = {}
         state.peer_listeners.append(self._peer_gone)
+        _init_torch_container(state.me.id)
 
     # -- contexts -------------------------------------------------------------------------
 
@@ -151,8 +233,9 @@ class Engine:
                 self.state.post(rank, "ctx_release", (self.state.me.id, context_id))
         with ctx.lock:
             ctx.sends.clear()
-            ctx.recvs.clear()
-            ctx.recv_index.clear()
+            torch_id, ctx.torch_id = ctx.torch_id, None
+        if torch_id is not None:
+            _torch_dist._release_context(torch_id)
 
     def _peer_gone(self, rank: int, reason: str, died: bool) -> None:
         if not died:
@@ -165,23 +248,33 @@ class Engine:
     # -- recording ------------------------------------------------------------------------
 
     def record_send(self, ctx: Context, dest: int, tensors: list[torch.Tensor]) -> MsgKey | None:
-        """Remember tensors sent to ``dest``; returns the message key (None: nothing)."""
+        """Give tensors sent to ``dest`` a send node; returns the message key (None: none)."""
         ctx.known.add(dest)
         if not tensors:
             return None
         key = (self.state.me.id, next(self._keys))
+        with torch.enable_grad():
+            node = _SendBackward.apply(*tensors)  # type: ignore[no-untyped-call]
         with ctx.lock:
-            ctx.sends[key] = tensors
+            ctx.sends[key] = node
         return key
 
-    def record_recv(
-        self, ctx: Context, key: MsgKey, src: int, tensors: dict[int, torch.Tensor]
-    ) -> None:
-        """Remember the leaves rebuilt from message ``key`` of ``src``."""
-        with ctx.lock:
-            ctx.recvs[key] = (src, tensors)
-            for index, tensor in tensors.items():
-                ctx.recv_index[id(tensor)] = (key, index, src)
+    def receiver(
+        self, ctx: Context | None, key: MsgKey | None, src: int
+    ) -> Callable[[int, torch.Tensor], torch.Tensor] | None:
+        """What the tensors of message ``key`` of ``src`` go through as they are rebuilt:
+        each gets a recv node (``None`` when the message has none)."""
+        if ctx is None or key is None:
+            return None
+
+        def receive(index: int, tensor: torch.Tensor) -> torch.Tensor:
+            with torch.enable_grad():
+                out: torch.Tensor = _RecvBackward.apply(  # type: ignore[no-untyped-call]
+                    ctx, key, src, index, tensor.requires_grad_(True)
+                )
+            return out
+
+        return receive
 
     # -- backward -------------------------------------------------------------------------
 
@@ -217,8 +310,7 @@ class Engine:
                 )
         self.count_pass(context_id, 1)
         try:
-            pending = self.run_pass(ctx, list(roots), [torch.ones_like(r) for r in roots])
-            for future in pending:
+            for future in self.run_pass(ctx, list(roots)):
                 future.result()
         finally:
             self.count_pass(context_id, -1)
@@ -237,39 +329,54 @@ class Engine:
             else:
                 self._active.pop(context_id, None)
 
-    def run_pass(
-        self, ctx: Context, outputs: list[torch.Tensor], grad_outputs: list[torch.Tensor]
+    def run_pass(self, ctx: Context, roots: list[torch.Tensor]) -> list[ConcurrentFuture[None]]:
+        """One local pass from scalar ``roots``; returns the gradient messages it sent."""
+        with ctx.pass_lock:
+            return self._pass(ctx, roots)
+
+    def run_send_pass(
+        self, ctx: Context, key: MsgKey, grads: dict[int, torch.Tensor]
     ) -> list[ConcurrentFuture[None]]:
-        """One local pass; returns the gradient messages it sent to other workers."""
-        leaves = _leaves(outputs)
-        if not leaves:
-            return []
-        try:
-            grads = _vjp(outputs, leaves, grad_outputs)
-        except Exception as error:
-            # As torch: the error names the worker, and stays one line as it travels back.
-            raise RuntimeError(f"Error on Node {self.state.me.id}: {error}") from None
-        outgoing: dict[MsgKey, tuple[int, dict[int, torch.Tensor]]] = {}
-        # A gradient buffer that several leaves got (or that is laid out unlike its
-        # leaf) is copied before it is kept, as torch's AccumulateGrad does.
-        shared = {id(g) for g in grads if g is not None and sum(h is g for h in grads) > 1}
+        """The pass from message ``key``'s send node, for the gradients that came back."""
         with ctx.lock:
-            for leaf, grad in zip(leaves, grads):
-                if grad is None:
-                    continue
-                where = ctx.recv_index.get(id(leaf))
-                if where is not None:
-                    key, index, src = where
-                    outgoing.setdefault(key, (src, {}))[1][index] = grad
-                    continue
-                known = ctx.grads.get(leaf)
-                if known is not None:
-                    ctx.grads[leaf] = known + grad
-                elif id(grad) in shared or not _fits(grad, leaf):
-                    ctx.grads[leaf] = _copy_like(grad, leaf)
-                else:
-                    ctx.grads[leaf] = grad
+            node = ctx.sends.get(key)
+        if node is None:
+            raise RuntimeError(
+                f"worker {self.state.me.name!r} has no record of message {key} in autograd "
+                f"context {ctx.id}"
+            )
+        send_fn: Any = node.grad_fn
+        with ctx.pass_lock:  # the node hands out what it holds to this pass only
+            send_fn.incoming = tuple(grads.get(i) for i in range(len(send_fn.next_functions)))
+            try:
+                return self._pass(ctx, [node])
+            finally:
+                send_fn.incoming = ()
+
+    def _pass(self, ctx: Context, roots: list[torch.Tensor]) -> list[ConcurrentFuture[None]]:
+        # Holds ctx.pass_lock.
+        sink: list[Outgoing] = []
+        torch_id = self._torch_context(ctx)
+        ctx.collecting = sink
+        try:
+            _torch_dist.backward(torch_id, roots, True)
+        except RuntimeError as error:
+            raise RuntimeError(_node_error(str(error), self.state.me.id)) from None
+        finally:
+            ctx.collecting = None
+        outgoing: dict[MsgKey, tuple[int, dict[int, torch.Tensor]]] = {}
+        for key, src, index, grad in sink:
+            outgoing.setdefault(key, (src, {}))[1][index] = grad
         return [self._send_grads(ctx, src, key, g) for key, (src, g) in outgoing.items()]
+
+    def _torch_context(self, ctx: Context) -> int:
+        """The id of the torch context that holds ``ctx``'s gradients here (made once)."""
+        with ctx.lock:
+            if ctx.released:
+                raise RuntimeError(f"autograd context {ctx.id} was released on this worker")
+            if ctx.torch_id is None:
+                ctx.torch_id = _new_torch_context()
+            return ctx.torch_id
 
     def _send_grads(
         self, ctx: Context, dest: int, key: MsgKey, grads: dict[int, torch.Tensor]
@@ -295,19 +402,47 @@ class Engine:
         return future
 
 
-def _fits(grad: torch.Tensor, leaf: torch.Tensor) -> bool:
-    """The gradient can be kept as it is: a dense one laid out as its leaf."""
-    if grad.layout != torch.strided:
-        return True
-    return grad.is_contiguous() and grad.stride() == leaf.stride()
+def _init_torch_container(worker_id: int) -> None:
+    """Make torch's context container usable here; its worker id only names errors."""
+    try:
+        _torch_dist._init(worker_id)
+    except RuntimeError:
+        # Already made for another rank of an earlier group in this process: its ids are
+        # private to this process, so it serves as it is (errors are renamed, _node_error).
+        log.debug("torch's autograd container was set up for another worker", exc_info=True)
 
 
-def _copy_like(grad: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
-    if grad.layout != torch.strided:
-        return grad.clone()
-    if leaf.layout == torch.strided and leaf.is_contiguous():
-        return grad.clone(memory_format=torch.contiguous_format)
-    return torch.empty_strided(leaf.shape, leaf.stride(), dtype=grad.dtype).copy_(grad)
+def _new_torch_context() -> int:
+    """A fresh torch context, made on a thread of its own.
+
+    torch makes a new context the current one of the thread that makes it, and refuses a
+    second on that thread until the first is released there: a thread that only makes it
+    leaves no thread of ours holding one.
+    """
+    made: list[int] = []
+    errors: list[BaseException] = []
+
+    def make() -> None:
+        try:
+            made.append(_torch_dist._new_context()._context_id())
+        except BaseException as error:
+            errors.append(error)
+
+    maker = threading.Thread(target=make, name="actormesh-autograd-context")
+    maker.start()
+    maker.join()
+    if errors:
+        raise errors[0]
+    return made[0]
+
+
+_NODE = re.compile(r"^Error on Node \d+: ")
+
+
+def _node_error(message: str, node: int) -> str:
+    """torch's "Error on Node N: ..." naming this worker, whatever rank torch's container
+    was made for."""
+    return _NODE.sub(f"Error on Node {node}: ", message, count=1)
 
 
 def _pass_error(error: BaseException) -> BaseException:
@@ -317,60 +452,6 @@ def _pass_error(error: BaseException) -> BaseException:
     if isinstance(cause, RuntimeError) and str(cause).startswith("Error on Node "):
         return RuntimeError(str(cause))
     return error
-
-
-def _vjp(
-    outputs: list[torch.Tensor], inputs: list[torch.Tensor], grad_outputs: list[torch.Tensor]
-) -> Sequence[torch.Tensor | None]:
-    """``torch.autograd.grad(..., retain_graph=True, allow_unused=True)``, lean.
-
-    The public function's first call with explicit output gradients imports torch's
-    symbolic-shape machinery (over a second of start-up per process) only to compare
-    shapes; the engine is called directly here and the shapes compared plainly.
-    """
-    for output, grad in zip(outputs, grad_outputs):
-        if output.shape != grad.shape:
-            raise RuntimeError(
-                f"a gradient of shape {tuple(grad.shape)} arrived for a tensor of shape "
-                f"{tuple(output.shape)}"
-            )
-    run = getattr(torch.autograd.graph, "_engine_run_backward", None)
-    if run is None:  # another torch version: the public way
-        return torch.autograd.grad(
-            outputs, inputs, grad_outputs, retain_graph=True, allow_unused=True
-        )
-    grads: Sequence[torch.Tensor | None] = run(
-        tuple(outputs), tuple(grad_outputs), True, False, tuple(inputs), True, accumulate_grad=False
-    )
-    return grads
-
-
-def _leaves(outputs: Iterable[torch.Tensor]) -> list[torch.Tensor]:
-    """The leaf tensors requiring grad that ``outputs`` depend on, each once."""
-    leaves: list[torch.Tensor] = []
-    seen_leaves: set[int] = set()
-    seen: set[Any] = set()
-    stack: list[Any] = []
-    for tensor in outputs:
-        if tensor.grad_fn is None:
-            if tensor.requires_grad and id(tensor) not in seen_leaves:
-                seen_leaves.add(id(tensor))
-                leaves.append(tensor)
-        else:
-            stack.append(tensor.grad_fn)
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        variable = getattr(node, "variable", None)
-        if variable is not None and id(variable) not in seen_leaves:
-            seen_leaves.add(id(variable))
-            leaves.append(variable)
-        for child, _ in node.next_functions:
-            if child is not None and child not in seen:
-                stack.append(child)
-    return leaves
 
 
 def engine(state: RpcState) -> Engine:
@@ -395,15 +476,7 @@ def _handle_grads(
         try:
             ctx = eng.get(context_id)
             grads: dict[int, torch.Tensor] = decode(payload, buffers, DecodeSession(state, src))
-            with ctx.lock:
-                sent = ctx.sends.get(key)
-            if sent is None:
-                raise RuntimeError(
-                    f"worker {state.me.name!r} has no record of message {key} in autograd "
-                    f"context {context_id}"
-                )
-            outputs = [sent[i] for i in sorted(grads)]
-            pending = eng.run_pass(ctx, outputs, [grads[i] for i in sorted(grads)])
+            pending = eng.run_send_pass(ctx, key, grads)
         except BaseException as error:
             state.resolve(reply, error=error)
             return

@@ -145,7 +145,7 @@ def _execute(
     try:
         eng = engine(state)
         ctx = eng.incoming(context_id, src)
-        session = DecodeSession(state, src, ctx if key is not None else None)
+        session = DecodeSession(state, src, eng.receiver(ctx, key, src))
         try:
             fn, args, kwargs = decode(payload, buffers, session)
         except (AttributeError, ImportError) as error:
@@ -153,8 +153,6 @@ def _execute(
                 "RPC pickler does not serialize function code. Ensure that UDFs are defined "
                 f"on both caller and callee modules. ({type(error).__name__}: {error})"
             ) from error
-        if key is not None and ctx is not None:
-            eng.record_recv(ctx, key, src, session.recv_tensors)
         # As torch: the function sees the RRefs in its arguments confirmed by their owners.
         for confirmation in session.confirmations:
             confirmation.result()

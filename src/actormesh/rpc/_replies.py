@@ -72,8 +72,5 @@ def decode_reply(state: RpcState, reply: tuple[Any, ...], src: int, ctx: Context
     if not reply[0]:
         raise remote_error(reply[1])
     _, key, payload, *buffers = reply
-    session = DecodeSession(state, src, ctx if key is not None else None)
-    value = decode(payload, buffers, session)
-    if key is not None and ctx is not None:
-        engine(state).record_recv(ctx, key, src, session.recv_tensors)
-    return value
+    session = DecodeSession(state, src, engine(state).receiver(ctx, key, src))
+    return decode(payload, buffers, session)

@@ -6,8 +6,9 @@ Three things differ from a plain actor call, and each is a hook in the pickler:
   message leaves (see ``_rref_table``). Types register such reducers with
   ``register_reducer``.
 - Inside a distributed autograd context, every tensor that requires grad is recorded by
-  the sender and marked in the pickle, so the receiver records the tensor it rebuilds:
-  that send/recv pair is how gradients later flow back (see ``_dist_autograd``).
+  the sender and marked in the pickle, so the receiver puts the tensor it rebuilds behind
+  a recv node: that send/recv pair is how gradients later flow back (see
+  ``_dist_autograd``).
 - Functions and classes of the main script travel by name, as with torch (the receiver
   uses its own ``__main__``/``__mp_main__`` object, so ``isinstance`` and module globals
   behave as in the sender's program), with their code by value as a fallback for a
@@ -92,19 +93,21 @@ class DecodeSession:
     Attributes:
         src: id of the sending worker.
         state: the process' RPC state.
-        ctx: the distributed autograd context the message belongs to, or ``None``.
-        recv_tensors: tensors rebuilt from the sender's recorded ones, by their index.
+        receive: what a tensor the sender recorded for distributed autograd becomes here,
+            given its index in the message and the tensor rebuilt (``None``: outside a
+            context, it is the rebuilt tensor, requiring grad).
         confirmations: futures of the RRef forks rebuilt here that the owner has yet to
             confirm.
     """
 
-    __slots__ = ("confirmations", "ctx", "recv_tensors", "src", "state")
+    __slots__ = ("confirmations", "receive", "src", "state")
 
-    def __init__(self, state: Any, src: int, ctx: Any = None) -> None:
+    def __init__(
+        self, state: Any, src: int, receive: Callable[[int, Any], Any] | None = None
+    ) -> None:
         self.state = state
         self.src = src
-        self.ctx = ctx
-        self.recv_tensors: dict[int, Any] = {}
+        self.receive = receive
         self.confirmations: list[Any] = []
 
 
@@ -190,11 +193,10 @@ def current_decode() -> DecodeSession | None:
 
 
 def _recv_grad_tensor(index: int, tensor: Any) -> Any:
-    tensor.requires_grad_(True)
     session = current_decode()
-    if session is not None:
-        session.recv_tensors[index] = tensor
-    return tensor
+    if session is None or session.receive is None:
+        return tensor.requires_grad_(True)
+    return session.receive(index, tensor)
 
 
 # -- objects of the main script ---------------------------------------------------------

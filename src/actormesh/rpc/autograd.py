@@ -9,6 +9,9 @@ Wrap a forward pass that makes RPCs, and its backward pass, in a context::
 
 Gradients flow back across every RPC the forward pass made, including nested ones, and
 accumulate in the context on the worker that owns each leaf tensor, never in ``.grad``.
+Each worker's part of the pass is torch's own distributed engine, so hooks on leaves run
+as with torch, and a ``DistributedDataParallel`` module averages its gradients in the
+context.
 Unlike torch, graphs stay alive until the context is released (leaving the ``with``
 block), whatever ``retain_graph`` says, so calling ``backward`` twice accumulates.
 
@@ -93,9 +96,7 @@ def backward(context_id: int, roots: Sequence[torch.Tensor], retain_graph: bool 
 
 def get_gradients(context_id: int) -> dict[torch.Tensor, torch.Tensor]:
     """The gradients accumulated in the context for leaf tensors of this worker."""
-    ctx = engine(current()).get(context_id)
-    with ctx.lock:
-        return dict(ctx.grads)
+    return engine(current()).get(context_id).gradients()
 
 
 def is_available() -> bool:
