@@ -14,7 +14,9 @@ p99), the controller's CPU time per call (its whole process, every thread), and 
 frames the controller sent per cast (counted on its connections). Then a mesh of
 ``--actors`` actors (several per process, ``ProcMesh.repeat``) is spawned through the
 agents and called. Results go to ``bench/results/scale.json`` and
-``bench/figures/scale.png``, and a Markdown table to stdout.
+``bench/figures/scale.png`` (``--out``, ``--figure``), and a Markdown table to stdout.
+``bench/tests/test_scale.py`` runs a small form (2 hosts) so the script cannot break
+unnoticed.
 """
 
 from __future__ import annotations
@@ -57,11 +59,11 @@ def _frames_per_cast(mesh: ActorMesh[Echo]) -> int:
     for conn in conns:
         originals[conn] = conn.send
 
-        def counting(parts: Any, _send: Callable[[Any], None] = conn.send) -> None:
+        def counting(parts: Any, share: Any = None, _send: Callable[..., None] = conn.send) -> None:
             nonlocal sent
             if decode_header(parts[0])[0] in (CALL, CAST, RELAY):
                 sent += 1
-            _send(parts)
+            _send(parts, share)
 
         conn.send = counting  # type: ignore[method-assign]
     try:
@@ -204,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-host", type=int, default=4)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--actors", type=int, default=1024)
+    parser.add_argument("--out", type=Path, default=BENCH / "results" / "scale.json")
+    parser.add_argument("--figure", type=Path, default=BENCH / "figures" / "scale.png")
     args = parser.parse_args(argv)
     os.environ["ACTORMESH_OUTPUT"] = "off"
     try:
@@ -222,10 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    out = BENCH / "results" / "scale.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1))
-    _chart(results, BENCH / "figures" / "scale.png")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1))
+    _chart(results, args.figure)
     print(_table(results))
     return 0
 
