@@ -2,8 +2,8 @@
 
 - ``Future.get(timeout=...)`` raises the builtin ``TimeoutError`` and leaves the future
   pending (a later ``get`` returns the value); ``result(timeout=...)`` and
-  ``exception(timeout=...)`` wait as ``get`` does; ``get()`` inside an ``async``
-  endpoint blocks that actor (Monarch warns) and works;
+  ``exception(timeout=...)`` wait as ``get`` does (``get()`` inside an ``async``
+  endpoint, where actormesh differs on purpose, is ``future_get_in_async_endpoint.py``);
 - futures awaited in asyncio code: ``await``, ``asyncio.gather``, ``asyncio.wait_for``,
   ``as_asyncio()``;
 - ``stream()`` yields futures in completion order, a failing rank's raising
@@ -72,11 +72,6 @@ class Sleeper(Actor):
         return a + b
 
     @endpoint
-    async def blocking_get_inside(self, other):
-        # Monarch warns that get() blocks the actor's event loop, and does it.
-        return other.add.call_one(2, b=3).get(timeout=10)
-
-    @endpoint
     async def loop(self, limit):
         self.stop_requested, self.rounds = False, 0
         while not self.stop_requested and self.rounds < limit:
@@ -116,11 +111,6 @@ def get_timeout_leaves_future_pending():
 
 def result_waits_like_get():
     assert one.nap.call_one(0.3).result(timeout=10) == "napped 0.3"
-
-
-def get_inside_an_async_endpoint():
-    other = this_host().spawn_procs(per_host={"gpus": 1}).spawn("other", Sleeper)
-    assert one.blocking_get_inside.call_one(other).get(timeout=20) == 5
 
 
 def exception_method_returns_the_error():
