@@ -115,6 +115,7 @@ def test_a_sync_endpoint_may_block_on_a_call_to_another_actor(procs: ProcMesh, e
 
 @pytest.mark.xfail(
     strict=True,
+    raises=ActorError,  # the endpoint's RuntimeError, as ActorError[RuntimeError]
     reason="Future.get() inside an async endpoint raises RuntimeError (actormesh refuses a "
     "blocking wait on its event loop); Monarch warns and waits",
 )

@@ -67,7 +67,11 @@ def test_a_negative_timeout_is_refused(one: Echo) -> None:
         one.ping.call_one().get(timeout=-1)
 
 
-@pytest.mark.xfail(strict=True, reason="Future() can be constructed directly")
+@pytest.mark.xfail(
+    strict=True,
+    raises=pytest.fail.Exception,  # pytest.raises: "DID NOT RAISE"
+    reason="Future() can be constructed directly",
+)
 def test_a_future_cannot_be_built_directly() -> None:
     with pytest.raises(TypeError):
         Future()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from actormesh import MeshStoppedError
 from actormesh.actor import (
     Actor,
     Future,
@@ -211,7 +212,8 @@ def test_calls_to_a_stopped_actor_mesh_fail(procs: ProcMesh, fault_hook: list[Me
     mesh = procs.spawn("stopped", Echo)
     assert mesh.ping.call().get(timeout=30).values() == ["pong"] * 4
     mesh.stop().get(timeout=30)
-    with pytest.raises(Exception):  # noqa: B017 - Monarch's SupervisionError is not exported
+    # actormesh's MeshStoppedError (Monarch raises its SupervisionError, not exported).
+    with pytest.raises(MeshStoppedError, match=r"^actor mesh 'stopped' was stopped"):
         mesh.ping.call().get(timeout=30)
 
 

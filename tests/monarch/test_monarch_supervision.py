@@ -8,7 +8,6 @@ mesh), so the tests look only at the failures of the meshes they spawned.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import actormesh.actor
+from actormesh import ActorDiedError
 from actormesh.actor import ActorError, MeshFailure, ProcMesh, this_host
 from actormesh.testing import wait_until
 
@@ -80,10 +80,13 @@ def test_the_fault_hook_gets_a_mesh_failure_of_the_dead_rank(crash: Crash) -> No
 
 
 def test_calls_that_include_the_dead_rank_keep_failing(crash: Crash) -> None:
+    # The fault hook handled the death, so the rank is dead: ActorDiedError at once (an
+    # unhandled one raises actormesh's SupervisionError; Monarch's is not exported).
+    dead = r"actor \{gpus=1\} of mesh 'victim' died .*exited with code 7"
     for _ in range(2):
-        with pytest.raises(Exception):  # noqa: B017 - Monarch's SupervisionError is not exported
+        with pytest.raises(ActorDiedError, match=dead):
             crash.victims.pid.call().get(timeout=30)
-        with pytest.raises(Exception):  # noqa: B017
+        with pytest.raises(ActorDiedError, match=dead):
             crash.victims.slice(gpus=1).pid.call_one().get(timeout=30)
 
 
@@ -109,18 +112,25 @@ def _parent(handles: bool) -> Iterator[Parent]:
         try:
             yield parent
         finally:
-            with contextlib.suppress(Exception):  # in Monarch a failed parent stopped them
+            # A parent that did not handle its kids' failure was dropped (in Monarch, a
+            # failed parent stopped them): its process ends its kids when it stops.
+            with contextlib.suppress(ActorDiedError):
                 parent.stop_kids.call_one().get(timeout=30)
     finally:
         procs.stop().get(timeout=30)
 
 
-def _kill_kid(parent: Parent) -> tuple[list[int], float]:
-    pids = parent.kid_pids.call_one().get(timeout=30)
-    started = time.monotonic()
-    with contextlib.suppress(Exception):  # Monarch fails the call of an unhandled failure
-        assert parent.kill_kid.call_one(1, 3).get(timeout=60) != "no error"
-    return pids, started
+def _kill_kid(parent: Parent) -> list[int]:
+    """Kills the parent's kid of rank 1 (exit code 3) in a call the parent makes to it.
+
+    The parent's call to its dying kid fails with ``ActorDiedError`` (whose name
+    ``kill_kid`` returns) before ``__supervise__`` runs: it runs in order with the parent's
+    messages, after ``kill_kid``. (Monarch may fail the ``kill_kid`` call itself when the
+    failure is not handled.)
+    """
+    pids: list[int] = parent.kid_pids.call_one().get(timeout=30)
+    assert parent.kill_kid.call_one(1, 3).get(timeout=60) == "ActorDiedError"
+    return pids
 
 
 def _kid_failures(parent: Parent) -> list[dict[str, Any]]:
@@ -133,7 +143,7 @@ def test_supervise_on_the_owner_gets_the_failure_of_its_child(
     fault_hook: list[MeshFailure],
 ) -> None:
     with _parent(handles=True) as parent:
-        pids, _ = _kill_kid(parent)
+        pids = _kill_kid(parent)
         wait_until(lambda: bool(_kid_failures(parent)), 60, "__supervise__")
         [failure] = _kid_failures(parent)
         assert failure["is_mesh_failure"]
@@ -164,7 +174,12 @@ def test_an_owner_that_does_not_handle_a_failure_fails(fault_hook: list[MeshFail
         wait_until(
             lambda: any(f.mesh_name.startswith("parent") for f in fault_hook), 60, "the fault hook"
         )
-        with pytest.raises(Exception):  # noqa: B017 - Monarch's SupervisionError is not exported
+        # Dropped, as Monarch stops it (there with its own SupervisionError, not exported).
+        with pytest.raises(
+            ActorDiedError,
+            match=r"mesh 'parent' was dropped after it failed: SupervisionError: did not "
+            r"handle a failure of mesh 'kids'",
+        ):
             parent.kid_pid.call_one(0).get(timeout=30)
 
 
@@ -202,5 +217,9 @@ def test_an_actor_whose_broadcast_raised_is_stopped(
 ) -> None:
     echo = _broadcast_failure(single, fault_hook, "broken")
     for _ in range(2):
-        with pytest.raises(Exception):  # noqa: B017 - Monarch's SupervisionError is not exported
+        # Dropped, as Monarch stops it (there with its own SupervisionError, not exported).
+        with pytest.raises(
+            ActorDiedError,
+            match=r"mesh 'broken' was dropped after it failed: ValueError: raised in broadcast",
+        ):
             echo.ping.call_one().get(timeout=30)
