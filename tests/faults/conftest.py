@@ -2,8 +2,10 @@
 
 Each test runs with its own ``ACTORMESH_FAULT_TAG`` (see ``faults_support``); when it ends,
 any process it started that still runs (an orphan), any zombie nobody reaped, any new open
-descriptor and any named shared-memory segment fails it. Tests add their own figures
-(death-detection times, lost or duplicated calls) through the ``figures`` fixture.
+descriptor and any new shared-memory segment (a memory file this process holds by a
+descriptor or a mapping, see ``faults_support.shm_segments``) fails it. Tests add their
+own figures (death-detection times, lost or duplicated calls) through the ``figures``
+fixture.
 
 With ``ACTORMESH_FAULT_REPORT=<file>`` set, the session writes every test's outcome, leaks
 and figures there as JSON; ``python -m tests.faults.report`` runs the suite that way and
@@ -95,7 +97,7 @@ def leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
             os.environ[TAG] = previous
         leaks = watch.finish(_EXIT_GRACE_S)
         leaks.fds = _new_fds(fds_before, Runtime.get().owned_descriptors)
-        leaks.shm = sorted(shm_segments() - shm_before)
+        leaks.shm = _new_segments(shm_before)
         leaks.files = sorted(socket_files() - files_before)
         record = _RESULTS.setdefault(request.node.nodeid, {})
         record["processes"] = len(watch.seen)
@@ -119,6 +121,17 @@ def _new_fds(before: dict[int, str], runtime_owned: Callable[[], set[int]]) -> l
             if before.get(fd) != target and fd not in owned
         ]
         new = [entry for entry in new if not _transient(entry)]
+        if not new or time.monotonic() > deadline:
+            return new
+        time.sleep(0.02)
+
+
+def _new_segments(before: dict[int, str]) -> list[str]:
+    # As descriptors, segments lent to a process that died are dropped on the loop thread
+    # a moment after it is gone.
+    deadline = time.monotonic() + 5.0
+    while True:
+        new = [held for inode, held in shm_segments().items() if inode not in before]
         if not new or time.monotonic() > deadline:
             return new
         time.sleep(0.02)

@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actormesh._transport._shm import mappings, pool
+from actormesh.testing import shm_segments as held_segments
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 TAG = "ACTORMESH_FAULT_TAG"
@@ -118,11 +121,32 @@ def open_fds() -> dict[int, str]:
     return found
 
 
-def shm_segments() -> set[str]:
-    """Named shared-memory segments of actormesh (``/dev/shm``); memfds count as fds."""
-    with contextlib.suppress(OSError):
-        return {name for name in os.listdir("/dev/shm") if "actormesh" in name}
-    return set()
+def shm_segments() -> dict[int, str]:
+    """actormesh's shared-memory segments this process holds, by inode, each with how.
+
+    Segments are memory files (``memfd_create``), never named in ``/dev/shm``: they show
+    as descriptors (``/proc/<pid>/fd``) and mappings (``/proc/<pid>/maps``), see
+    ``actormesh.testing.shm_segments``. Only this process (the controller, which outlives
+    every test) is looked at: a segment dies with the last process that holds it, and a
+    test's processes have all exited when it is checked (else they count as orphans). A
+    segment the controller lent to a worker and never got back or dropped shows here.
+    Left out: the ones it keeps on purpose, bounded, for reuse: idle in its pool, or
+    mapped in its cache of received segments.
+    """
+    kept = _kept_by_design()
+    return {
+        inode: f"memfd inode {inode}: {', '.join(how)}"
+        for inode, how in held_segments().items()
+        if inode not in kept
+    }
+
+
+def _kept_by_design() -> set[int]:
+    with pool._lock:
+        idle = {segment.inode for segment in pool._idle}
+    with mappings._lock:
+        cached = {inode for inode, entry in mappings._by_inode.items() if not entry.busy}
+    return idle | cached
 
 
 def socket_files() -> set[str]:

@@ -17,7 +17,8 @@ import torch
 from integration_actors import DataPlane
 
 from actormesh import ActorDiedError, ActorMesh, ProcMesh, proc_mesh
-from actormesh._transport._shm import pool
+from actormesh._transport._shm import mappings, pool
+from actormesh.testing import live, shm_segments, wait_until
 
 
 @dataclasses.dataclass
@@ -45,8 +46,26 @@ def _within(seconds: float, condition: Callable[[], bool]) -> bool:
     return True
 
 
-def _our_shm_entries() -> list[str]:
-    return [name for name in os.listdir("/dev/shm") if "actormesh" in name]
+def _kept_by_design() -> set[int]:
+    """Segments this process holds on purpose, bounded: idle in its pool (for the next
+    send) or mapped in its cache of received segments (for their next visit)."""
+    with pool._lock:
+        idle = {segment.inode for segment in pool._idle}
+    with mappings._lock:
+        cached = {inode for inode, entry in mappings._by_inode.items() if not entry.busy}
+    return idle | cached
+
+
+def _leaked_here(before: dict[int, list[str]]) -> dict[int, list[str]]:
+    """Segments this process holds now (by descriptor or mapping), did not hold at
+    ``before`` and does not keep by design: a segment left lent to a dead receiver, a
+    received one whose mapping or descriptor was never let go."""
+    kept = _kept_by_design()
+    return {
+        inode: how
+        for inode, how in shm_segments().items()
+        if inode not in before and inode not in kept
+    }
 
 
 @pytest.mark.parametrize("nbytes", [1 << 20, 64 << 20])
@@ -100,15 +119,31 @@ def test_numpy_bytes_and_views_nested_in_containers_take_the_same_path(plane: An
     assert bytes(one.echo.call_one(view).get(timeout=60)) == bytes(view)
 
 
-def test_segments_are_recycled_and_nothing_is_named_in_dev_shm(plane: Any) -> None:
+def test_segments_are_recycled_and_the_receiver_gives_them_back(plane: Any) -> None:
     _, mesh = plane
     one = mesh.slice(gpus=0)
+    worker = one.pid.call_one().get(timeout=30)
+    before = shm_segments()
+    lent_before = set(pool._lent)
     tensor = torch.ones(8 << 20, dtype=torch.uint8)
     for _ in range(5):
         one.checksum.call_one(tensor).get(timeout=60)
-    # The receiver gave the segments back: they wait in our pool for the next send.
-    assert pool.idle_bytes() >= 8 << 20
-    assert _our_shm_entries() == []
+        # The segment comes back after the reply, on its own: wait for it before the
+        # next send, which must then reuse it.
+        wait_until(lambda: set(pool._lent) <= lent_before, 10, "the segment to come back")
+    # Each send took the segment the receiver had given back: one new segment for all
+    # five, and it waits idle in our pool for the next send.
+    new = set(shm_segments()) - set(before)
+    assert len(new) == 1, f"5 sends of 8 MiB made {len(new)} new segments: {new}"
+    [inode] = new
+    with pool._lock:
+        assert inode in {segment.inode for segment in pool._idle}, "the segment is still lent"
+    # The receiver kept no descriptor of it (it may keep a mapping, in its cache).
+    wait_until(
+        lambda: not any(how.startswith("fd") for how in shm_segments(worker).get(inode, [])),
+        10,
+        "the receiver to give its descriptor back",
+    )
 
 
 def test_a_broadcast_is_copied_once_and_each_actor_keeps_its_own_copy(plane: Any) -> None:
@@ -137,6 +172,7 @@ def test_a_broadcast_is_copied_once_and_each_actor_keeps_its_own_copy(plane: Any
 
 
 def test_a_worker_killed_mid_transfer_leaks_nothing() -> None:
+    before = shm_segments()
     procs = proc_mesh(gpus=1).get(timeout=60)
     try:
         mesh = procs.spawn("victim", DataPlane)
@@ -149,7 +185,10 @@ def test_a_worker_killed_mid_transfer_leaks_nothing() -> None:
             pending.get(timeout=30)
     finally:
         procs.stop().get(timeout=60)
-    assert _our_shm_entries() == []
+    assert pid not in live([pid])
+    # The two segments lent to the dead worker were dropped, not kept nor recycled (it may
+    # still have mapped them when it died): this process holds neither.
+    assert _leaked_here(before) == {}
 
 
 @pytest.mark.parametrize(
