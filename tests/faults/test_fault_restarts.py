@@ -108,6 +108,15 @@ def test_a_restart_whose_init_fails_is_reported_and_the_rank_stays_dead(
     assert (failure.mesh, failure.ranks, failure.kind) == ("refusers", (1,), "restart_failed")
     assert "no second life" in str(failure.error)
     assert mesh.slice(gpus=0).pid.call_one().get(timeout=10) != pid
+    # Rank 1 stays dead: a call to it fails at once with its __init__'s error (as after
+    # any failing __init__), every time, and it is not restarted again (which would
+    # report another failure, and make the call wait for the restart).
+    for _ in range(2):
+        with pytest.raises(ActorInitError, match="no second life"):
+            mesh.slice(gpus=1).pid.call_one().get(timeout=10)
+    with pytest.raises(ActorInitError, match="no second life"):
+        mesh.pid.call().get(timeout=10)
+    assert len(failures) == 1, failures
 
 
 def test_a_restart_does_not_rebuild_a_rank_whose_init_failed_nor_fail_the_others(
