@@ -40,8 +40,10 @@ class StorageTable:
     def reduce(self, tensor: torch.Tensor) -> Any:
         """The reduction of a dense CPU tensor with elements; ``NotImplemented`` when the
         tensor is a whole storage met first, which actormesh's own path sends."""
-        if tensor.is_conj() or tensor.is_neg():
-            return NotImplemented  # a lazy view whose bytes are not its values: a copy
+        if tensor.is_conj() or tensor.is_neg() or tensor.__dict__:
+            # A lazy view whose bytes are not its values, or a tensor with attributes:
+            # actormesh's path sends it as a plain tensor, which comes back here.
+            return NotImplemented
         storage = tensor.untyped_storage()
         size = storage.nbytes()
         used = tensor.numel() * tensor.element_size()

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core._serialization import _Pickler
+from .._core._tensors import reduce_tensor
 from .._exceptions import SerializationError
 from ._storages import StorageTable
 
@@ -137,7 +138,7 @@ class _RpcPickler(_Pickler):
                 if session.ctx is not None and obj.requires_grad:
                     index = len(session.grad_tensors)
                     session.grad_tensors.append(obj)
-                    return _recv_grad_tensor, (index, obj.detach())
+                    return _recv_grad_tensor, (index, obj.detach(), obj.__dict__ or None)
                 if (
                     obj.layout == torch.strided
                     and obj.device.type == "cpu"
@@ -147,6 +148,9 @@ class _RpcPickler(_Pickler):
                     shared = self.storages.reduce(obj)
                     if shared is not NotImplemented:
                         return shared
+                # As torch's RPC, without torch's pickle's warning about hooks: in a
+                # context they stay with the sender, and work there.
+                return reduce_tensor(obj, warn_hooks=False)
         if kind is types.FunctionType or isinstance(obj, type):
             module = getattr(obj, "__module__", None)
             if module in ("__main__", "__mp_main__") and "<" not in obj.__qualname__:
@@ -192,11 +196,15 @@ def current_decode() -> DecodeSession | None:
     return getattr(_decoding, "session", None)
 
 
-def _recv_grad_tensor(index: int, tensor: Any) -> Any:
+def _recv_grad_tensor(index: int, tensor: Any, state: dict[str, Any] | None = None) -> Any:
     session = current_decode()
     if session is None or session.receive is None:
-        return tensor.requires_grad_(True)
-    return session.receive(index, tensor)
+        received = tensor.requires_grad_(True)
+    else:
+        received = session.receive(index, tensor)
+    if state:
+        received.__dict__.update(state)
+    return received
 
 
 # -- objects of the main script ---------------------------------------------------------
