@@ -64,13 +64,18 @@ def frozen() -> dict[str, Any]:
 
 @program
 def busy(kind: str, seconds: str) -> dict[str, Any]:
-    """A worker busy for a while (``def`` sleep, GIL held in C, loop blocked) survives."""
+    """A worker busy for a while (``def`` sleep, GIL held in C, loop blocked) survives,
+    unless it was silent past the heartbeat timeout (then ``died`` says why)."""
     failures: list[actormesh.Failure] = []
     actormesh.set_failure_hook(failures.append)
     procs = proc_mesh(gpus=1).get(timeout=30)
     mesh = procs.spawn("busy", Worker)
     endpoint = {"def": mesh.sleep, "gil": mesh.hold_gil, "loop": mesh.block_loop}[kind]
-    value = endpoint.call_one(float(seconds)).get(timeout=120)
+    try:
+        value = endpoint.call_one(float(seconds)).get(timeout=120)
+    except actormesh.ActorDiedError as died:  # silent past the heartbeat timeout
+        procs.stop().get(timeout=30)
+        return {"died": str(died), "failures": [f.kind for f in failures]}
     after = mesh.echo.call_one("still here").get(timeout=10)
     procs.stop().get(timeout=30)
     return {"value": value, "after": after, "failures": [str(f.error) for f in failures]}

@@ -75,20 +75,37 @@ def test_a_frozen_worker_is_declared_dead_after_missed_heartbeats(figures: objec
     assert result["failures"] == ["died"]
 
 
+# The promise scaled down: the default heartbeat timeout (30 s) tolerates a GIL held (or
+# a loop blocked) for 15 s, half of it; here a 6 s timeout tolerates 3 s, three missed
+# probes (one a second). Silence counts from the last answer, up to a probe interval
+# before the block starts: at most 4 s of the 6 here, and a loaded machine adds its own
+# delays. A `def` endpoint runs on the actor's thread while the loop answers the
+# heartbeats: it may run past the timeout.
+_BUSY = {"def": ("4", "6.0"), "gil": ("6", "3.0"), "loop": ("6", "3.0")}
+
+
 @pytest.mark.parametrize("kind", ["def", "gil", "loop"])
 def test_a_busy_worker_is_not_declared_dead_within_the_heartbeat_timeout(kind: str) -> None:
-    # A long `def` endpoint runs on the actor's thread: the loop answers heartbeats
-    # throughout. Holding the GIL in C or blocking the loop silences the worker, which is
-    # tolerated up to the timeout (here 4 s scaled down from the default 30 s: silence
-    # counts from the last answer, up to a probe interval before the block starts, and a
-    # loaded machine adds its own delays).
-    seconds = {"def": "6", "gil": "1.2", "loop": "1.2"}[kind]
+    timeout, seconds = _BUSY[kind]
     result = run_program(
-        "busy", kind, seconds, env={"ACTORMESH_HEARTBEAT_TIMEOUT": "4"}, timeout=60
+        "busy", kind, seconds, env={"ACTORMESH_HEARTBEAT_TIMEOUT": timeout}, timeout=60
     )
+    assert "died" not in result, result["died"]
     assert result["value"] == float(seconds)
     assert result["after"] == "still here"
     assert result["failures"] == []
+
+
+@pytest.mark.parametrize("kind", ["gil", "loop"])
+def test_a_worker_silent_past_the_heartbeat_timeout_is_declared_dead(kind: str) -> None:
+    # The control of the test above: the same hold, past a 1 s timeout, silences the
+    # worker and gets it killed. So the hold really stops the heartbeats' answers, and
+    # surviving it above is the timeout's doing.
+    result = run_program("busy", kind, "3.0", env={"ACTORMESH_HEARTBEAT_TIMEOUT": "1"}, timeout=60)
+    assert "stopped answering heartbeats" in result["died"], result
+    assert "(limit 1 s, Config.heartbeat_timeout)" in result["died"]
+    assert "its event loop is blocked" in result["died"]
+    assert result["failures"] == ["died"]
 
 
 @full_only
