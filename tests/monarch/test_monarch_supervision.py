@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import actormesh.actor
-from actormesh import ActorDiedError
-from actormesh.actor import ActorError, MeshFailure, ProcMesh, this_host
+from actormesh import ActorDiedError, SupervisionError
+from actormesh.actor import ActorError, MeshFailure, ProcMesh, this_host, unhandled_fault_hook
 from actormesh.testing import wait_until
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
@@ -223,3 +223,45 @@ def test_an_actor_whose_broadcast_raised_is_stopped(
             match=r"mesh 'broken' was dropped after it failed: ValueError: raised in broadcast",
         ):
             echo.ping.call_one().get(timeout=30)
+
+
+@pytest.mark.timeout(90)
+def test_a_hook_may_pass_the_failure_on_to_the_default_hook(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # actormesh's default (not Monarch's, which exits): the failure is written to stderr
+    # once and stays unhandled, so calls that include the dead rank raise.
+    seen: list[MeshFailure] = []
+
+    def hook(failure: MeshFailure) -> None:
+        seen.append(failure)
+        unhandled_fault_hook(failure)
+
+    previous = actormesh.actor.unhandled_fault_hook
+    actormesh.actor.unhandled_fault_hook = hook
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    try:
+        victims = procs.spawn("passed_on", Victim)
+        with pytest.raises(ActorDiedError, match="exited with code 5"):
+            victims.slice(gpus=1).die.call_one(5).get(timeout=60)
+        wait_until(lambda: bool(seen), 60, "the fault hook")
+        for _ in range(2):
+            with pytest.raises(SupervisionError, match=r"mesh 'passed_on'.*exited with code 5"):
+                victims.pid.call().get(timeout=30)
+        assert victims.slice(gpus=0).pid.call_one().get(timeout=30) > 0
+    finally:
+        actormesh.actor.unhandled_fault_hook = previous
+        procs.stop().get(timeout=30)
+    assert [f.mesh_name for f in seen] == ["passed_on"]
+    reports = capfd.readouterr().err.count("actormesh: unhandled failure of mesh 'passed_on'")
+    assert reports == 1
+
+
+def test_the_default_hook_called_by_hand_writes_the_report(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    failure = MeshFailure("trainers", (1, 3), "died", RuntimeError("exited with code 9"))
+    unhandled_fault_hook(failure)
+    assert capfd.readouterr().err == (
+        "actormesh: unhandled failure of mesh 'trainers' (ranks [1, 3], died): exited with code 9\n"
+    )

@@ -108,22 +108,42 @@ def report(state: MeshState, failure: Failure) -> None:
     _to_controller(state, failure)
 
 
+# The failures a program's hook is running for, each with whether it passed the failure
+# on to the default hook (loop thread; a list, since a hook may fail in turn).
+_in_hook: list[list[Any]] = []
+
+
 def _to_controller(state: MeshState | None, failure: Failure) -> None:
     hook = _hook if _hook is not None else _monarch_hook()
     if hook is not None:
+        running = [failure, False]
+        _in_hook.append(running)
         try:
             hook(failure)
-            return
+            handled = True
         except BaseException:
             log.exception("the failure hook raised; the failure stays unhandled")
+            handled = False
+        finally:
+            _in_hook.remove(running)
+        defaulted = running[1]
+        if handled and not defaulted:
+            return
+        if not defaulted:
+            _write_report(failure)
+    else:
+        _write_report(failure)
+    if state is not None:
+        state.unhandled.append(failure)
+
+
+def _write_report(failure: Failure) -> None:
     print(
         f"actormesh: unhandled failure of mesh '{failure.mesh}' (ranks {list(failure.ranks)},"
         f" {failure.kind}): {failure.error}",
         file=sys.stderr,
         flush=True,
     )
-    if state is not None:
-        state.unhandled.append(failure)
 
 
 def unhandled_fault_hook(failure: Failure) -> None:
@@ -133,9 +153,15 @@ def unhandled_fault_hook(failure: Failure) -> None:
     This default is actormesh's own behaviour, not Monarch's (which exits the program):
     the failure is written to stderr and calls that include the failed ranks raise
     ``SupervisionError`` (see the module docstring). A replacement that returns handles
-    the failure; one that raises leaves it unhandled.
+    the failure; one that raises leaves it unhandled. A replacement may call this
+    default (to log a failure, say, and leave it to the default): the failure is then
+    written once and stays unhandled, as without a replacement. Called outside a hook,
+    it writes the report.
     """
-    raise NotImplementedError("the default is built into the controller")
+    for running in _in_hook:
+        if running[0] is failure:
+            running[1] = True
+    _write_report(failure)
 
 
 def _monarch_hook() -> Callable[[Failure], None] | None:
