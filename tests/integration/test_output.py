@@ -69,3 +69,47 @@ def test_output_can_be_turned_off(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["controller starts", "controller ends"]
     assert done.stderr == ""
+
+
+def test_logging_option_stream_to_client_false_drops_the_processes_output(
+    tmp_path: Path,
+) -> None:
+    # Monarch's ProcMesh.logging_option; actormesh drops what the processes print from
+    # then on (Monarch 0.7 stops only its client's aggregated stream). Stopping the mesh
+    # delivers whatever the processes printed before they exit, so what is missing after
+    # it never came.
+    script = """
+        import asyncio
+        import sys
+
+        from actormesh import Actor, current_rank, endpoint, proc_mesh
+
+
+        class Talker(Actor):
+            @endpoint
+            def say(self, text):
+                print(f"{text} from {current_rank().rank}", flush=True)
+                print(f"{text} on stderr from {current_rank().rank}", file=sys.stderr)
+                return current_rank().rank
+
+
+        async def main():
+            procs = await proc_mesh(gpus=2)
+            talkers = await procs.spawn("talkers", Talker)
+            await procs.logging_option(stream_to_client=True, aggregate_window_sec=None)
+            assert (await talkers.say.call("streamed")).values() == [0, 1]
+            await procs.logging_option(stream_to_client=False)
+            assert (await talkers.say.call("dropped")).values() == [0, 1]
+            await procs.stop()
+            print("controller ends")
+
+
+        asyncio.run(main())
+    """
+    done = run_script(script, tmp_path)
+    assert done.returncode == 0, done.stderr
+    for rank in (0, 1):
+        assert f"[talkers {{gpus={rank}}}] streamed from {rank}" in done.stdout.splitlines()
+        assert f"[talkers {{gpus={rank}}}] streamed on stderr from {rank}" in done.stderr
+    assert "dropped" not in done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "controller ends"

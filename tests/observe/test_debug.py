@@ -9,8 +9,11 @@ longer than the heartbeat timeout is not declared dead.
 from __future__ import annotations
 
 import re
+import time
 
 from observe_support import ACTORMESH, Terminal
+
+HEARTBEAT_TIMEOUT_S = 1.0
 
 
 def continue_and_read(term: Terminal) -> str:
@@ -78,16 +81,26 @@ def test_actormesh_debug_attaches_to_each_stopped_rank_in_turn(job_factory) -> N
 def test_a_rank_stopped_past_the_heartbeat_timeout_is_not_declared_dead(job_factory) -> None:
     # An async endpoint at a breakpoint blocks its process' event loop: no heartbeats.
     job = job_factory(
-        "breakpoint_async", 2, "0", env={"ACTORMESH_HEARTBEAT_TIMEOUT": "1"}, terminal=True
+        "breakpoint_async",
+        2,
+        "0",
+        env={"ACTORMESH_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT_S)},
+        terminal=True,
     )
     term = job.terminal
     term.expect(r"-> return value \+ 2")
     term.expect(r"\(Pdb\) ")
-    # Well past the timeout while the person reads the code (each command is a round trip).
-    for _ in range(6):
+    # The rank stopped before its prompt appeared here, and stays stopped until "c": from
+    # now on it has been stopped at least `stopped` seconds. The person reads the code
+    # (each command a round trip) until that is well past the timeout, and the probe
+    # interval after it, when a silent rank would be declared dead.
+    since = time.monotonic()
+    stopped = 0.0
+    while stopped <= 2.5 * HEARTBEAT_TIMEOUT_S:
         term.type("l .\n")
         term.expect(r"return value \+ 2")
         term.expect(r"\(Pdb\) ")
+        stopped = time.monotonic() - since
     term.type("p value\n")
     term.expect(r"\b0\b")
     assert "RESULTS [2]\nOTHERS [0, 1]\n" in continue_and_read(term)

@@ -4,7 +4,9 @@ processes of this host."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import signal
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from actormesh.rdma import (
     is_ibverbs_available,
     is_rdma_available,
 )
+from actormesh.testing import wait_until
 
 NUMEL = 1 << 16  # 256 KiB of float32
 
@@ -33,6 +36,12 @@ def reader(procs: ProcMesh) -> Any:
     return procs.slice(procs=1).spawn("reader", Reader)
 
 
+def _state(pid: int) -> str:
+    """The one-letter state of ``pid`` (``T``: stopped by a signal)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
 def _floats(numel: int) -> torch.Tensor:
     return torch.zeros(numel, dtype=torch.float32)
 
@@ -43,7 +52,18 @@ def test_the_controller_reads_an_actors_buffer_without_the_actor_doing_anything(
     buffer = owner.handle.call_one().get(timeout=30)
     assert buffer.size() == NUMEL * 4
     local = _floats(NUMEL)
-    assert buffer.read_into(local.view(torch.uint8).flatten()).get(timeout=30) is None
+    # The owner's process is frozen during the read: nothing in it runs, neither the
+    # owner actor nor its service actor (the fallback for readers that cannot reach the
+    # memory). A read that went through them could not finish.
+    pid = owner.pid.call_one().get(timeout=30)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: _state(pid) == "T", 10, "the owner's process to stop")
+        read = buffer.read_into(local.view(torch.uint8).flatten())
+        assert read.get(timeout=10) is None
+        assert _state(pid) == "T"
+    finally:
+        os.kill(pid, signal.SIGCONT)
     assert torch.equal(local, owner.weights_now.call_one().get(timeout=30))
 
 
