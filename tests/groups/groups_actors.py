@@ -61,6 +61,13 @@ class Worker(Actor):
         return self.rank
 
     @endpoint
+    def hold(self, gate: str) -> int:
+        """Stay busy until the file ``gate`` exists: a call that ends when the test says."""
+        while not os.path.exists(gate):
+            time.sleep(0.005)
+        return self.rank
+
+    @endpoint
     def count(self) -> int:
         return self.handled
 
