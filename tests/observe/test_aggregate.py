@@ -73,7 +73,10 @@ def numbered_counts(lines: list[str]) -> dict[int, int]:
 def test_identical_lines_of_a_large_mesh_are_shown_once_with_exact_counts(
     tmp_path: Path, mode: str
 ) -> None:
-    lines = run(tmp_path, mode)
+    # A window longer than the script: lines wait until their mesh stops (which writes
+    # them), so the eight ranks' lines meet whenever each arrives. With the default
+    # 0.25 s, a loaded machine could spread them over two windows.
+    lines = run(tmp_path, mode, {"ACTORMESH_OUTPUT_WINDOW": "300"})
     if mode == "local":
         assert "[trainer {gpus=0..7}] x8 loss 0.31" in lines
     else:
