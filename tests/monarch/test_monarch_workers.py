@@ -7,22 +7,39 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from actormesh.testing import wait_until
+
+if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
+    from tests.monarch.monarch_support import listening_ports
+else:
+    from monarch_support import listening_ports
 
 HERE = Path(__file__).resolve().parent
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+def _port_of(worker: subprocess.Popen[Any]) -> int:
+    """The port a worker started on port 0 picked (it or its agent process listens there).
+
+    Picking a free port here and handing it over would race: another process may take it
+    between its probe's close and the worker's bind.
+    """
+    found: list[int] = []
+
+    def listening() -> bool:
+        assert worker.poll() is None, f"the worker exited with {worker.returncode}"
+        found[:] = listening_ports(worker.pid)
+        return bool(found)
+
+    wait_until(listening, 60, f"worker {worker.pid} to listen")
+    assert len(found) == 1, found
+    return found[0]
 
 
 def _command(name: str, *args: str) -> list[str]:
@@ -47,17 +64,16 @@ def job_env() -> dict[str, str]:
 
 @pytest.mark.timeout(120)
 def test_a_controller_attaches_to_workers_and_shuts_them_down(job_env: dict[str, str]) -> None:
-    first, second = _free_port(), _free_port()
     workers = [
         subprocess.Popen(
-            _command("serve_forever", str(first)),
+            _command("serve_forever", "0"),
             env=job_env,
             cwd=HERE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         ),
         subprocess.Popen(
-            _command("serve", str(second)),
+            _command("serve", "0"),
             env=job_env,
             cwd=HERE,
             stdout=subprocess.DEVNULL,
@@ -65,6 +81,7 @@ def test_a_controller_attaches_to_workers_and_shuts_them_down(job_env: dict[str,
         ),
     ]
     try:
+        first, second = (_port_of(worker) for worker in workers)
         result = _program("attach", str(first), str(second), env=job_env, timeout=100)
         # A worker's loop ends, and its process with it, when its host mesh is shut down.
         assert [worker.wait(timeout=30) for worker in workers] == [0, 0]
@@ -97,9 +114,8 @@ def test_shutdown_context_ends_every_process_of_the_controller(job_env: dict[str
 def test_run_worker_loop_until_shutdown_returns_once_its_host_mesh_ends(
     job_env: dict[str, str],
 ) -> None:
-    port = _free_port()
     worker = subprocess.Popen(
-        _command("serve_until_shutdown", str(port)),
+        _command("serve_until_shutdown", "0"),
         env=job_env,
         cwd=HERE,
         stdout=subprocess.PIPE,
@@ -107,7 +123,7 @@ def test_run_worker_loop_until_shutdown_returns_once_its_host_mesh_ends(
         text=True,
     )
     try:
-        result = _program("attach_one", str(port), env=job_env, timeout=100)
+        result = _program("attach_one", str(_port_of(worker)), env=job_env, timeout=100)
         output, _ = worker.communicate(timeout=30)
     finally:
         if worker.poll() is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -30,12 +29,6 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _cluster_processes(temp_dir: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -51,16 +44,18 @@ def _cluster_processes(temp_dir: str) -> list[int]:
 def two_nodes() -> Iterator[str]:
     """A head node and a second node, joined; the cluster's address. Torn down after."""
     temp_dir = f"/tmp/rn{uuid.uuid4().hex[:6]}"
-    port = _free_port()
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}  # two nodes on one IP
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=2", "--disable-usage-stats"]
-    address = f"127.0.0.1:{port}"
     try:
+        # Port 0: the head picks a free port itself (a port probed here and closed could
+        # be taken before it binds it) and writes its address into its temp dir.
         subprocess.run(
-            [RAY, "start", "--head", f"--port={port}", f"--temp-dir={temp_dir}",
+            [RAY, "start", "--head", "--port=0", f"--temp-dir={temp_dir}",
              "--include-dashboard=false", "--resources={\"node_a\": 4}", *common],
             env=env, check=True, capture_output=True, timeout=120,
         )  # fmt: skip
+        written = (Path(temp_dir) / "ray_current_cluster").read_text().strip()
+        address = f"127.0.0.1:{written.rsplit(':', 1)[1]}"  # it listens on every interface
         subprocess.run(
             [RAY, "start", f"--address={address}", "--resources={\"node_b\": 4}", *common],
             env=env, check=True, capture_output=True, timeout=120,
