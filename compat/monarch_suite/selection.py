@@ -235,7 +235,11 @@ class _Def:
 def _root(node: ast.AST) -> str | None:
     """The name an expression like ``a.b().c[0]`` starts from."""
     while isinstance(node, ast.Attribute | ast.Call | ast.Subscript):
-        node = node.func if isinstance(node, ast.Call) else node.value
+        if isinstance(node, ast.Call):
+            is_cast = ast.unparse(node.func) in ("cast", "typing.cast") and len(node.args) > 1
+            node = node.args[1] if is_cast else node.func
+        else:
+            node = node.value
     return node.id if isinstance(node, ast.Name) else None
 
 
@@ -250,11 +254,21 @@ def _is_autouse(node: ast.AST) -> bool:
 
 
 def _walk_skipping_annotations(node: ast.AST) -> Iterable[ast.AST]:
-    """Every node under ``node`` except annotations (naming a type there is no use)."""
+    """Every node under ``node`` except annotations and the type of ``cast(T, x)``:
+    naming a type for the type checker is no use."""
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
+        if (
+            isinstance(current, ast.Call)
+            and ast.unparse(current.func) in ("cast", "typing.cast")
+            and current.args
+        ):
+            stack.append(current.func)
+            stack.extend(current.args[1:])
+            stack.extend(current.keywords)
+            continue
         for name, value in ast.iter_fields(current):
             if name in ("annotation", "returns"):
                 continue
