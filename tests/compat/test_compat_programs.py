@@ -30,15 +30,7 @@ from compat.run import (
 # Each program finishes in well under 30 s here; this is the hang guard.
 PROGRAM_TIMEOUT_S = 90.0
 
-KNOWN_DIFFERENCES = {
-    # Blocking on the event loop that reads the replies would deadlock, so actormesh
-    # raises where Monarch warns and blocks.
-    "monarch/future_get_in_async_endpoint.py": (
-        "Future.get() inside an async endpoint raises RuntimeError, not blocks",
-        r"RuntimeError: Future\.get\(\) called on actormesh's event-loop thread, where it "
-        r"would deadlock",
-    ),
-}
+KNOWN_DIFFERENCES: dict[str, tuple[str, str]] = {}
 
 PROGRAMS = [*discover("monarch"), *discover("ray")]
 

@@ -53,7 +53,9 @@ class Worker(Actor):
         return seconds
 
     @endpoint
-    def hold_gil(self, seconds: float) -> float:
+    def hold_gil(self, seconds: float, marker: str = "") -> float:
+        if marker:
+            Path(marker).touch()  # tell the test the GIL is about to be held
         hold_gil(seconds)
         return seconds
 
@@ -61,7 +63,7 @@ class Worker(Actor):
     async def block_loop(self, seconds: float, marker: str = "") -> float:
         if marker:
             Path(marker).touch()  # tell the test the loop is blocked from now on
-        time.sleep(seconds)  # a badly written async endpoint: the worker's loop stalls
+        time.sleep(seconds)  # a badly written async endpoint: its actor's loop stalls
         return seconds
 
     @endpoint

@@ -124,14 +124,15 @@ def default_timeout() -> dict[str, Any]:
 
 @program
 def stop_escalation() -> dict[str, Any]:
-    """A worker whose loop is blocked ignores SHUTDOWN and SIGTERM: stop() SIGKILLs it."""
+    """A worker whose GIL is held (an hour-long C call) cannot run its event loop: it
+    ignores SHUTDOWN and SIGTERM, and stop() SIGKILLs it."""
     procs = proc_mesh(gpus=2).get(timeout=30)
     mesh = procs.spawn("stuck", Worker)
     marker = Path(tempfile.mkdtemp()) / "blocked"
-    pending = mesh.slice(gpus=1).block_loop.call_one(3600, str(marker))
+    pending = mesh.slice(gpus=1).hold_gil.call_one(3600, str(marker))
     deadline = time.monotonic() + 30
     while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)  # the worker has no other way to say its loop is blocked now
+        time.sleep(0.01)  # the worker has no other way to say its GIL is held now
     started = time.monotonic()
     procs.stop().get(timeout=30)
     took = time.monotonic() - started

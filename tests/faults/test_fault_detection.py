@@ -79,9 +79,10 @@ def test_a_frozen_worker_is_declared_dead_after_missed_heartbeats(figures: objec
 # a loop blocked) for 15 s, half of it; here a 6 s timeout tolerates 3 s, three missed
 # probes (one a second). Silence counts from the last answer, up to a probe interval
 # before the block starts: at most 4 s of the 6 here, and a loaded machine adds its own
-# delays. A `def` endpoint runs on the actor's thread while the loop answers the
-# heartbeats: it may run past the timeout.
-_BUSY = {"def": ("4", "6.0"), "gil": ("6", "3.0"), "loop": ("6", "3.0")}
+# delays. A `def` endpoint runs on the actor's thread, and an `async def` one that blocks
+# (`time.sleep`) on the actor's own loop, while the process' loop answers the heartbeats:
+# both may run past the timeout.
+_BUSY = {"def": ("4", "6.0"), "gil": ("6", "3.0"), "loop": ("4", "6.0")}
 
 
 @pytest.mark.parametrize("kind", ["def", "gil", "loop"])
@@ -96,7 +97,7 @@ def test_a_busy_worker_is_not_declared_dead_within_the_heartbeat_timeout(kind: s
     assert result["failures"] == []
 
 
-@pytest.mark.parametrize("kind", ["gil", "loop"])
+@pytest.mark.parametrize("kind", ["gil"])
 def test_a_worker_silent_past_the_heartbeat_timeout_is_declared_dead(kind: str) -> None:
     # The control of the test above: the same hold, past a 1 s timeout, silences the
     # worker and gets it killed. So the hold really stops the heartbeats' answers, and

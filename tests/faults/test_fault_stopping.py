@@ -82,7 +82,7 @@ def test_any_use_after_stop_raises_mesh_stopped() -> None:
 
 def test_stop_escalates_from_sigterm_to_sigkill_after_the_grace() -> None:
     result = run_program("stop_escalation", env={"ACTORMESH_STOP_GRACE": "0.5"})
-    # The worker's loop is blocked for an hour: it ignores SHUTDOWN and SIGTERM. stop()
+    # The worker's GIL is held for an hour: it ignores SHUTDOWN and SIGTERM. stop()
     # gave it the grace (0.5 s) and then 1 s after SIGTERM (at least that long: a busy
     # machine makes it longer, never shorter), then killed it (the program's stop has a
     # 30 s limit: it did not wait for the hour).

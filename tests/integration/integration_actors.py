@@ -154,7 +154,7 @@ class Relay(Actor):
 
     @endpoint
     async def get_in_async(self, peer: ActorMesh[Echo]) -> Any:
-        """Block on a future on the worker's event loop: must raise, not deadlock."""
+        """Block on a future inside an async endpoint: its actor's own loop waits."""
         return peer.async_echo.call_one(1).get(timeout=5)
 
     @endpoint

@@ -428,3 +428,60 @@ class SiblingMaker(Actor):
     @endpoint
     def sibling(self, index: int) -> Any:
         return context().actor_instance.proc.spawn(f"sibling{index}", Echo, "sibling")
+
+
+class AsyncThreadLocal(Actor):
+    """Thread-local state made in ``__init__`` and used by ``async`` endpoints."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+        self.local.value = 0
+        self.init_thread = threading.get_ident()
+
+    @endpoint
+    async def increment(self) -> int:
+        self.local.value += 1
+        return int(self.local.value)
+
+    @endpoint
+    async def same_thread_as_init(self) -> bool:
+        return threading.get_ident() == self.init_thread
+
+
+class SyncThreadLocal(Actor):
+    """Thread-local state made in ``__init__`` and used by ``def`` endpoints."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+        self.local.value = 0
+
+    @endpoint
+    def increment(self) -> int:
+        self.local.value += 1
+        return int(self.local.value)
+
+
+class CancelledBeforeCleanup(Actor):
+    """A concurrent endpoint still running when the actor stops: records, to the port it
+    was built with, that its task was cancelled, then that ``__cleanup__`` ran."""
+
+    def __init__(self, port: Port[str]) -> None:
+        self.port = port
+        self.started = asyncio.Event()
+
+    @concurrent_endpoint
+    async def wait_forever(self) -> None:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.port.send("task cancelled")
+            raise
+
+    @endpoint
+    async def until_started(self) -> str:
+        await self.started.wait()
+        return "started"
+
+    async def __cleanup__(self, exc: Exception | None) -> None:
+        self.port.send("cleanup")

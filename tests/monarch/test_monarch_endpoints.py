@@ -113,12 +113,6 @@ def test_a_sync_endpoint_may_block_on_a_call_to_another_actor(procs: ProcMesh, e
     assert counters.ask.call(echo.slice(nodes=1, gpus=1)).get(timeout=30).values() == ["pong"] * 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ActorError,  # the endpoint's RuntimeError, as ActorError[RuntimeError]
-    reason="Future.get() inside an async endpoint raises RuntimeError (actormesh refuses a "
-    "blocking wait on its event loop); Monarch warns and waits",
-)
 def test_get_inside_an_async_endpoint_waits_for_the_value(procs: ProcMesh, echo: Echo) -> None:
     counter = procs.spawn("blocked_on", SyncCounter).slice(nodes=0, gpus=0)
     assert echo.slice(nodes=1, gpus=0).blocking_get.call_one(counter).get(timeout=30) == 1

@@ -11,7 +11,6 @@ import pytest
 
 from actormesh import MeshStoppedError
 from actormesh.actor import (
-    ActorError,
     Channel,
     Port,
     PortReceiver,
@@ -21,9 +20,27 @@ from actormesh.actor import (
 )
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
-    from tests.monarch.monarch_actors import Cleaner, Echo, SiblingMaker, Spawner, SyncCleaner
+    from tests.monarch.monarch_actors import (
+        AsyncThreadLocal,
+        CancelledBeforeCleanup,
+        Cleaner,
+        Echo,
+        SiblingMaker,
+        Spawner,
+        SyncCleaner,
+        SyncThreadLocal,
+    )
 else:
-    from monarch_actors import Cleaner, Echo, SiblingMaker, Spawner, SyncCleaner
+    from monarch_actors import (
+        AsyncThreadLocal,
+        CancelledBeforeCleanup,
+        Cleaner,
+        Echo,
+        SiblingMaker,
+        Spawner,
+        SyncCleaner,
+        SyncThreadLocal,
+    )
 
 
 def _receive(
@@ -127,12 +144,6 @@ def test_an_actor_starts_processes_in_its_init() -> None:
         procs.stop().get(timeout=30)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ActorError,  # the endpoint's RuntimeError, as ActorError[RuntimeError]
-    reason="HostMesh.spawn_procs() inside an async endpoint raises RuntimeError (it blocks "
-    "on the event loop that starts the processes); Monarch's returns at once",
-)
 @pytest.mark.timeout(60)
 def test_an_async_endpoint_starts_processes() -> None:
     procs = this_host().spawn_procs(per_host={"gpus": 1})
@@ -149,3 +160,30 @@ def test_an_async_endpoint_starts_processes() -> None:
 def test_an_actor_has_a_logger_named_after_its_class(procs: ProcMesh) -> None:
     echo = procs.spawn("logged", Echo).slice(nodes=0, gpus=0)
     assert echo.logger_name.call_one().get(timeout=30) == "Echo"
+
+
+@pytest.mark.parametrize("cls", [AsyncThreadLocal, SyncThreadLocal])
+def test_thread_local_state_made_in_init_is_there_in_the_endpoints(
+    procs: ProcMesh, cls: type[AsyncThreadLocal | SyncThreadLocal]
+) -> None:
+    # As in Monarch, an actor's code runs on one thread: its loop's for an async actor.
+    actor = procs.spawn(f"tls_{cls.__name__.lower()}", cls).slice(nodes=0, gpus=0)
+    assert [actor.increment.call_one().get(timeout=30) for _ in range(3)] == [1, 2, 3]
+    if cls is AsyncThreadLocal:
+        assert actor.same_thread_as_init.call_one().get(timeout=30) is True
+
+
+@pytest.mark.timeout(60)
+def test_stopping_cancels_running_concurrent_endpoints_before_cleanup() -> None:
+    port: Port[str]
+    port, receiver = Channel.open()
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        actor = procs.spawn("cancelled_first", CancelledBeforeCleanup, port)
+        pending = actor.wait_forever.call_one()
+        assert actor.until_started.call_one().get(timeout=30) == "started"
+    finally:
+        procs.stop().get(timeout=30)
+    assert [receiver.recv().get(timeout=10) for _ in range(2)] == ["task cancelled", "cleanup"]
+    with pytest.raises(MeshStoppedError):
+        pending.get(timeout=10)

@@ -33,7 +33,7 @@ class StandIn:
     def invoke(self, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return None
 
-    def close(self, error: BaseException | None = None) -> None:
+    def close(self, error: BaseException | None = None, on_loop: Any = None) -> None:
         self.closes += 1
         self.closed.set()
 

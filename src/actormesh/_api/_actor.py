@@ -8,7 +8,6 @@ the actor's own thread, inside a context that makes ``current_rank()`` answer.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import inspect
 import logging
@@ -17,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._core import EndpointKind
+from .._core._mailbox import BuildOnLoop
 from .._exceptions import SYSTEM_ENDPOINT, ActorClassError, EndpointNotFoundError
-from .._hosts import Runtime
 from .._hosts._output import CURRENT_PREFIX
 from .._shape import Point
 from ._context import ActorIdentity, set_current_actor
@@ -62,7 +61,6 @@ RESERVED_NAMES = frozenset(
 # Hooks an actor may define that the runtime calls through its mailbox (see _supervision).
 HOOKS = frozenset({"__supervise__"})
 # Seconds an async __cleanup__ may take when its actor is stopped.
-_CLEANUP_WAIT = 10.0
 
 
 class Actor:
@@ -199,12 +197,17 @@ class _ActorHost:
             return getattr(self.instance, endpoint)(explicit_port(), *args, **kwargs)
         return getattr(self.instance, endpoint.removeprefix(AS_ENDPOINT))(*args, **kwargs)
 
-    def close(self, error: BaseException | None = None) -> None:
+    def close(
+        self,
+        error: BaseException | None = None,
+        on_loop: Callable[[Callable[[], Any]], Any] | None = None,
+    ) -> None:
         # On the actor's thread, after its last message. First the actor's own
-        # __cleanup__(error) (Monarch's hook: None on a stop), then the hooks added by
-        # system calls (a process group to destroy, say), newest first; one failing must
-        # not keep the others from running or the actor from being dropped.
-        self._cleanup(error)
+        # __cleanup__(error) (Monarch's hook: None on a stop; an async one on the actor's
+        # loop), then the hooks added by system calls (a process group to destroy, say),
+        # newest first; one failing must not keep the others from running or the actor
+        # from being dropped.
+        self._cleanup(error, on_loop)
         while self.on_close:
             hook = self.on_close.pop()
             try:
@@ -213,19 +216,22 @@ class _ActorHost:
                 log.exception("a close hook of an actor failed")
         self.instance = None
 
-    def _cleanup(self, error: BaseException | None) -> None:
+    def _cleanup(
+        self, error: BaseException | None, on_loop: Callable[[Callable[[], Any]], Any] | None
+    ) -> None:
         cleanup = getattr(self.instance, "__cleanup__", None)
         if cleanup is None:
             return
         try:
+            if on_loop is not None and inspect.iscoroutinefunction(cleanup):
+                on_loop(lambda: cleanup(error))
+                return
             result = self.context.run(cleanup, error)
             if inspect.iscoroutine(result):
-                runtime = Runtime.current()
-                if runtime is None:
+                if on_loop is None:
                     result.close()
                     return
-                # An async hook runs on the process' loop, as the actor's endpoints do.
-                asyncio.run_coroutine_threadsafe(result, runtime.loop).result(_CLEANUP_WAIT)
+                on_loop(lambda: result)
         except Exception:
             log.exception("__cleanup__ of %s raised", type(self.instance).__qualname__)
 
@@ -248,17 +254,24 @@ class SpawnSpec:
     mesh: Any = None
     restore: bool = False
 
-    def actor(self, rank: int) -> tuple[Any, str, dict[str, int]]:
+    def actor(self, rank: int) -> tuple[Callable[[], Any], str, dict[str, int]]:
         """``(factory, mesh name, coordinates)`` of the actor of this root rank."""
         point = _unravel(self.labels, self.sizes, rank)
         coords = dict(point)
 
-        def factory() -> _ActorHost:
+        table = endpoint_table(self.cls)
+
+        def build() -> _ActorHost:
             context = contextvars.copy_context()
             instance = context.run(self._construct, point)
-            return _ActorHost(instance, endpoint_table(self.cls), context)
+            return _ActorHost(instance, table, context)
 
-        return factory, self.mesh_name, coords
+        if all(options.kind is not EndpointKind.SYNC for options in table.values()):
+            # An async actor (Monarch's rule: not every endpoint a plain def) is built on
+            # its loop's thread, where its endpoints run: thread-local state set in
+            # __init__ is there for them.
+            return (lambda: BuildOnLoop(build)), self.mesh_name, coords
+        return build, self.mesh_name, coords
 
     def _construct(self, point: Point) -> Any:
         set_current_actor(ActorIdentity(self.mesh_name, point, self.mesh))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -22,6 +23,7 @@ from . import _envelope as env
 from . import _snapshot
 from ._debugger import paused
 from ._early_calls import EarlyCalls
+from ._event_loops import new_event_loop
 from ._inspect import describe
 from ._limits import check_message_size
 from ._mailbox import Mailbox
@@ -298,6 +300,14 @@ class Hosting:
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         raise NotImplementedError
 
+    def _mailbox(self, name: str) -> Mailbox:
+        return Mailbox(
+            self.loop,
+            name,
+            stats=self.config.observe,
+            new_loop=functools.partial(new_event_loop, self.config),
+        )
+
     def _handle_call(
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
     ) -> None:
@@ -359,7 +369,7 @@ class Hosting:
         for rank in ranks:
             # Named after the mesh until the spec is loaded on the actor's thread: calls
             # that arrive meanwhile queue in its mailbox, as they do while __init__ runs.
-            mailbox = Mailbox(self.loop, name=f"actor {spec.mesh_name}", stats=self.config.observe)
+            mailbox = self._mailbox(f"actor {spec.mesh_name}")
             hosted = actors[rank] = _HostedActor(mailbox, mesh_id, spec.mesh_name, {})
 
             def build(rank: int = rank, hosted: _HostedActor = hosted) -> Any:
@@ -447,9 +457,7 @@ class Hosting:
         """
 
         def install() -> None:
-            mailbox = Mailbox(
-                self.loop, name=f"actor {mesh_name}{point}", stats=self.config.observe
-            )
+            mailbox = self._mailbox(f"actor {mesh_name}{point}")
             self._hosted.setdefault(mesh_id, {})[rank] = _HostedActor(
                 mailbox, mesh_id, mesh_name, point
             )

@@ -148,7 +148,7 @@ def explain(point: str, answer: dict[str, Any] | None, endpoint: str) -> str:
     if answer is None:
         return (
             f"{point}: its process did not answer in time (its event loop is blocked: a "
-            "C call holding the GIL, or a blocking call in an async endpoint)"
+            "C call holding the GIL)"
         )
     state = answer["state"]
     if state == "running":

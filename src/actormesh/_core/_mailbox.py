@@ -1,24 +1,37 @@
 """A hosted actor's mailbox: ordered, one-at-a-time execution of its messages.
 
 Messages from all senders enter one queue and run in arrival order (so one sender's
-messages run in send order), one at a time. ``async def`` endpoints run as tasks on the
-process' event loop; ``def`` endpoints run on the actor's own thread, so a blocking step
-never stalls I/O, heartbeats or other actors. Concurrent endpoints skip the queue: each
-starts a task on arrival, even while the actor is busy with another message. The reply is
-sent by whichever thread finished the work: there is no hop back to the loop before the
-caller hears.
+messages run in send order), one at a time, never on the process' event loop (the one
+that reads the sockets, answers heartbeats and serves the other actors):
 
-Whoever runs the head of the queue drains it: the loop's task while the head is an
+- ``def`` endpoints run on the actor's own thread, so a blocking step never stalls I/O,
+  heartbeats or other actors;
+- ``async def`` endpoints run as tasks on the actor's own event loop, on a thread of its
+  own, so an endpoint that blocks (a long compute step written as ``async def``, a
+  ``Future.get()`` or a ``spawn_procs()`` inside it) stalls only its actor.
+
+An actor whose endpoints are all ``async`` is built (``__init__``) on its loop's thread,
+and every other one on its own thread: each actor's code runs on one thread, as in
+Monarch, so thread-local state set in ``__init__`` is there in its endpoints. (An actor
+that mixes both kinds, an actormesh extension, uses both threads.) Concurrent endpoints
+skip the queue: each starts a task on the actor's loop on arrival, even while the actor
+is busy with another message. The reply is sent by whichever thread finished the work:
+there is no hop back to the process' loop before the caller hears.
+
+Whoever runs the head of the queue drains it: the actor loop's task while the head is an
 ``async`` endpoint, the actor's thread while it is a ``def`` one, handing over when the
-kind changes. A run of ``def`` calls thus costs the loop one hand-off to the thread when
-the first arrives and nothing after: no task, no future and no wake-up of the loop per
-message (the queue and who drains it are shared under a lock).
+kind changes. A run of calls of one kind thus costs one hand-off when the first arrives
+and nothing after (the queue and who drains it are shared under a lock).
 
 Cancellation: a caller that gives up sends CANCEL; a queued message is dropped, a running
 ``async`` endpoint has its task cancelled, and a running ``def`` endpoint sees a flag it
 may poll (``CURRENT_MESSAGE``, read by ``actormesh.cancelled()``). The mailbox also knows
 what it is running and since when, for the runtime to tell a caller that timed out, and
 (unless ``stats`` is off) what each endpoint has done, for ``actormesh top``.
+
+Closing: queued messages fail; the actor's running tasks (concurrent endpoints, an
+``async`` endpoint) are cancelled and finish; then its close hooks (``__cleanup__``) run
+on its thread, after the ``def`` endpoint it is busy with, if any; then its threads end.
 """
 
 from __future__ import annotations
@@ -27,16 +40,21 @@ import asyncio
 import contextlib
 import contextvars
 import enum
+import inspect
+import logging
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, Protocol
 
 from ._endpoint_stats import EndpointStats
 
-__all__ = ["CURRENT_MESSAGE", "EndpointKind", "Hosted", "Mailbox", "Message"]
+log = logging.getLogger("actormesh.mailbox")
+
+__all__ = ["BuildOnLoop", "CURRENT_MESSAGE", "EndpointKind", "Hosted", "Mailbox", "Message"]
 
 
 class EndpointKind(enum.Enum):
@@ -60,8 +78,14 @@ class Hosted(Protocol):
         """Call the endpoint: a value for ``def`` ones, a coroutine for ``async`` ones."""
         ...
 
-    def close(self, error: BaseException | None = None) -> None:
-        """The actor is being dropped: its mesh stopped, or ``error`` ended it."""
+    def close(
+        self, error: BaseException | None, on_loop: Callable[[Callable[[], Any]], Any]
+    ) -> None:
+        """The actor is being dropped: its mesh stopped, or ``error`` ended it.
+
+        Runs on the actor's thread; ``on_loop(fn)`` runs ``fn`` (a coroutine function too)
+        on the actor's loop and returns its value, for ``async`` hooks.
+        """
         ...
 
 
@@ -100,18 +124,44 @@ CURRENT_MESSAGE: contextvars.ContextVar[Message | None] = contextvars.ContextVar
     "actormesh_current_message", default=None
 )
 
+# Seconds the actor's running tasks get to finish once cancelled, when it is closed.
+_CANCEL_WAIT = 5.0
+# Seconds an ``async`` ``__cleanup__`` may run.
+_CLEANUP_WAIT = 10.0
+
+
+class BuildOnLoop:
+    """What ``construct``'s factory returns for an actor to be built on its loop's thread
+    (an actor whose endpoints are all ``async``): ``build`` makes the ``Hosted`` there."""
+
+    __slots__ = ("build",)
+
+    def __init__(self, build: Callable[[], Hosted]) -> None:
+        self.build = build
+
 
 class Mailbox:
     """Ordered execution for one hosted actor.
 
     Args:
-        loop: the process' event loop; ``deliver`` must be called on its thread.
-        name: label of the actor's thread.
+        loop: the process' event loop; ``deliver``, ``cancel`` and ``close`` must be
+            called on its thread.
+        name: label of the actor's threads.
         stats: record each endpoint's calls, errors and run times (``self.stats``).
+        new_loop: makes the actor's own event loop (made when the actor first needs it).
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, name: str, *, stats: bool = True) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        name: str,
+        *,
+        stats: bool = True,
+        new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+    ) -> None:
         self._loop = loop
+        self._name = name
+        self._new_loop = new_loop
         self.stats = EndpointStats() if stats else None
         # The queue, and whether someone (the loop's task or the actor's thread) drains it.
         self._lock = threading.Lock()
@@ -121,7 +171,7 @@ class Mailbox:
         self._host: Hosted | None = None
         # What runs now: the one-at-a-time message, since when (both set by whichever
         # thread runs it), the task that drains the queue while its head is ``async``;
-        # concurrent ones by task (loop thread).
+        # concurrent ones by task (tasks of the actor's loop).
         self.current: Message | None = None
         self.since = 0.0
         # Since when the actor's __init__ runs (None once built): a timeout then says so.
@@ -132,20 +182,86 @@ class Mailbox:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._thread_main, name=name, daemon=True)
         self._thread.start()
+        # The actor's own event loop and its thread, made on first need (under _lock).
+        self._actor_loop: asyncio.AbstractEventLoop | None = None
+        self._actor_thread: threading.Thread | None = None
+
+    # -- the actor's loop ---------------------------------------------------------------
+
+    def _actor(self) -> asyncio.AbstractEventLoop:
+        """The actor's event loop, started on its own thread the first time (any thread).
+
+        A system actor whose endpoints belong on the process' loop (``process_loop``, the
+        RPC agent) uses that loop instead.
+        """
+        actor = self._actor_loop
+        if actor is not None:
+            return actor
+        with self._lock:
+            if self._actor_loop is None:
+                if getattr(self._host, "process_loop", False):
+                    self._actor_loop = self._loop
+                else:
+                    actor = self._new_loop()
+                    thread = threading.Thread(
+                        target=_run_loop, args=(actor,), name=f"{self._name} (loop)", daemon=True
+                    )
+                    self._actor_loop, self._actor_thread = actor, thread
+                    thread.start()
+            return self._actor_loop
+
+    def _on_actor(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the actor's loop: now when called there, else soon."""
+        actor = self._actor()
+        if asyncio._get_running_loop() is actor:
+            fn(*args)
+            return
+        with contextlib.suppress(RuntimeError):  # a closed loop: the actor is gone
+            actor.call_soon_threadsafe(fn, *args)
+
+    def _call_on_actor(self, fn: Callable[[], Any], timeout: float | None = None) -> Any:
+        """Run ``fn()`` on the actor's loop, awaiting it if it is a coroutine function,
+        and return its value (blocks the calling thread, never the actor's loop; raises
+        ``TimeoutError`` after ``timeout`` seconds)."""
+        done: ConcurrentFuture[Any] = ConcurrentFuture()
+
+        async def run() -> None:
+            try:
+                value = fn()
+                if inspect.isawaitable(value):
+                    value = await value
+            except BaseException as error:
+                done.set_exception(error)
+            else:
+                done.set_result(value)
+
+        self._on_actor(lambda: self._actor().create_task(run()))
+        return done.result(timeout)
+
+    # -- building ------------------------------------------------------------------------
 
     def construct(
-        self, factory: Callable[[], Hosted], done: Callable[[BaseException | None], None]
+        self,
+        factory: Callable[[], Hosted | BuildOnLoop],
+        done: Callable[[BaseException | None], None],
     ) -> None:
-        """Build the actor on its own thread (``__init__`` may block), then call ``done``."""
+        """Build the actor on its own thread (``__init__`` may block), then call ``done``.
+
+        ``factory`` runs on the actor's thread; when it returns a ``BuildOnLoop``, its
+        ``build`` runs on the actor loop's thread instead.
+        """
         self._running = True  # messages wait until the actor exists
         self.building_since = time.monotonic()
         self._jobs.put((self._construct, factory, done))
 
     def _construct(
-        self, factory: Callable[[], Hosted], done: Callable[[BaseException | None], None]
+        self,
+        factory: Callable[[], Hosted | BuildOnLoop],
+        done: Callable[[BaseException | None], None],
     ) -> None:
         try:
-            host = factory()
+            built = factory()
+            host = self._call_on_actor(built.build) if isinstance(built, BuildOnLoop) else built
         except BaseException as error:
             self._loop.call_soon_threadsafe(self._after_construct, error, done)
             return
@@ -155,7 +271,7 @@ class Mailbox:
         if closed:
             # Stopped while it was being built (``close`` found no actor to close): its
             # close hooks run now, here, as they would have (in the actor's context).
-            host.context.copy().run(host.close)
+            self._close_host(host, None)
         self._loop.call_soon_threadsafe(self._after_construct, None, done)
 
     def _after_construct(
@@ -172,6 +288,7 @@ class Mailbox:
                 message.fail_init(error)
             waiting.clear()
             self._jobs.put(_STOP)  # nothing will run on the actor's thread: it ends
+            self._stop_actor_loop()
         done(error)
         host = self._host
         later: deque[Message] = deque()
@@ -195,6 +312,8 @@ class Mailbox:
         with self._lock:
             self._running = False
         self._kick()
+
+    # -- delivering ------------------------------------------------------------------------
 
     def deliver(self, message: Message) -> None:
         """Queue a message; call on the loop thread."""
@@ -221,12 +340,16 @@ class Mailbox:
         except BaseException as error:
             message.fail(error)
             return
-        self._track(
-            message,
-            self._loop.create_task(
-                self._run_async(host, message, args, kwargs), context=host.context
-            ),
+        self._on_actor(self._create_concurrent, host, message, args, kwargs)
+
+    def _create_concurrent(
+        self, host: Hosted, message: Message, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        # On the actor's loop.
+        task = asyncio.get_running_loop().create_task(
+            self._run_async(host, message, args, kwargs), context=host.context
         )
+        self._track(message, task)
 
     def _track(self, message: Message, task: asyncio.Task[bool]) -> None:
         self.concurrent[message] = task
@@ -251,17 +374,20 @@ class Mailbox:
         if _kind_of(host, head.endpoint) is EndpointKind.SYNC:
             self._jobs.put((self._drain_on_thread,))
         else:
-            self._start_drain_task()
+            self._on_actor(self._start_drain_task)
 
     def _start_drain_task(self) -> None:
+        # On the actor's loop.
         host = self._host
         assert host is not None
-        self._drain_task = self._loop.create_task(self._drain(), context=host.context)
+        self._drain_task = asyncio.get_running_loop().create_task(
+            self._drain(), context=host.context
+        )
 
     def _next(self, host: Hosted, on_thread: bool) -> tuple[Message, EndpointKind | None] | bool:
         """Take the head of the queue if it is this drainer's (``on_thread``: the actor's
-        thread, which runs ``def`` endpoints; else the loop's task). Otherwise False when
-        the queue is empty (nobody drains it from now on), True when its head is the
+        thread, which runs ``def`` endpoints; else the actor loop's task). Otherwise False
+        when the queue is empty (nobody drains it from now on), True when its head is the
         other drainer's (the caller hands over)."""
         with self._lock:
             if self._closed or not self._queue:
@@ -284,12 +410,7 @@ class Mailbox:
                 if kind is EndpointKind.ASYNC:
                     ok = await self._run_async(host, message, *args)
                 else:
-                    self._track(
-                        message,
-                        self._loop.create_task(
-                            self._run_async(host, message, *args), context=host.context
-                        ),
-                    )
+                    self._create_concurrent(host, message, *args)
                     ok = None  # counted when its task ends
                 self._ran(message, ok)
         except BaseException:
@@ -303,15 +424,14 @@ class Mailbox:
 
     def _drain_on_thread(self) -> None:
         """Run the queue's ``def`` endpoints on the actor's thread, in order, until it is
-        empty or an ``async`` one heads it (the loop's task takes over)."""
+        empty or an ``async`` one heads it (the actor loop's task takes over)."""
         host = self._host
         assert host is not None
         while not isinstance(taken := self._start_next(host, on_thread=True), bool):
             message, _, args = taken
             self._ran(message, self._run_sync(host, message, *args))
-        if taken:  # an ``async`` endpoint heads the queue: the loop's task goes on
-            with contextlib.suppress(RuntimeError):  # a closed loop: the process is ending
-                self._loop.call_soon_threadsafe(self._start_drain_task)
+        if taken:  # an ``async`` endpoint heads the queue: the actor loop's task goes on
+            self._on_actor(self._start_drain_task)
 
     def _start_next(
         self, host: Hosted, on_thread: bool
@@ -350,6 +470,12 @@ class Mailbox:
         try:
             value = await host.invoke(message.endpoint, args, kwargs)
         except BaseException as error:
+            if self._closed and isinstance(error, asyncio.CancelledError):
+                from .._exceptions import MeshStoppedError
+
+                # Cancelled because the actor is being dropped: its caller hears that.
+                message.abandon(MeshStoppedError("the actor's mesh was stopped"))
+                raise
             message.fail(error)
             if self._cancelling is message and isinstance(error, asyncio.CancelledError):
                 # We cancelled the queue's task to stop this endpoint only: the queue goes on.
@@ -406,6 +532,12 @@ class Mailbox:
         return self._thread.ident
 
     @property
+    def loop_thread_id(self) -> int | None:
+        """The thread of the actor's loop (where ``async`` endpoints run), if it has one."""
+        thread = self._actor_thread
+        return thread.ident if thread is not None else None
+
+    @property
     def drain_task(self) -> asyncio.Task[None] | None:
         """The task running the queue (and its ``async`` endpoints), if running."""
         task = self._drain_task
@@ -436,7 +568,7 @@ class Mailbox:
         for message, task in list(self.concurrent.items()):
             if match(message):
                 message.cancelled = True
-                task.cancel()
+                self._on_actor(task.cancel)
                 reached += 1
         current = self.current
         if current is not None and match(current):
@@ -444,19 +576,27 @@ class Mailbox:
             reached += 1
             host = self._host
             kind = host.kind(current.endpoint) if host is not None else None
-            if kind is EndpointKind.ASYNC and self._drain_task is not None:
-                self._cancelling = current
-                self._drain_task.cancel()
+            if kind is EndpointKind.ASYNC:
+                self._on_actor(self._cancel_running, current)
         return reached
+
+    def _cancel_running(self, message: Message) -> None:
+        # On the actor's loop, where the drain task runs: if ``message`` is still the one
+        # it runs (it may have finished since the CANCEL came), cancel it there.
+        task = self._drain_task
+        if self.current is message and task is not None and not task.done():
+            self._cancelling = message
+            task.cancel()
 
     def close(
         self, done: Callable[[], None] | None = None, error: BaseException | None = None
     ) -> None:
-        """Drop the actor: queued messages fail, the thread ends after its current job.
+        """Drop the actor: queued messages fail, the threads end after the current job.
 
-        ``done`` runs on the loop once the actor's close hooks have run on its thread
-        (after the job it is busy with, if any). ``error``: why the actor is dropped (a
-        failure rather than a stop), given to its ``__cleanup__``.
+        The actor's running tasks are cancelled, then its close hooks run on its thread
+        (after the ``def`` endpoint it is busy with, if any); ``done`` runs on the loop
+        once they have. ``error``: why the actor is dropped (a failure rather than a
+        stop), given to its ``__cleanup__``.
         """
         from .._exceptions import MeshStoppedError
 
@@ -467,11 +607,64 @@ class Mailbox:
         why = "the actor's mesh was stopped" if error is None else f"the actor failed: {error}"
         for message in dropped:
             message.abandon(MeshStoppedError(why))
-        if host is not None:
-            self._jobs.put((host.close, error) if error is not None else (host.close,))
-        if done is not None:
-            self._jobs.put((self._loop.call_soon_threadsafe, done))
+        self._jobs.put((self._finish, host, error, done))
         self._jobs.put(_STOP)
+
+    def _finish(
+        self, host: Hosted | None, error: BaseException | None, done: Callable[[], None] | None
+    ) -> None:
+        # On the actor's thread, after its current job: the running tasks end first (a
+        # concurrent endpoint sees CancelledError before __cleanup__ runs), then the hooks.
+        if self._actor_loop is not None:
+            with contextlib.suppress(Exception):
+                self._call_on_actor(self._cancel_tasks)
+        if host is not None:
+            try:
+                self._close_host(host, error)
+            except Exception:
+                log.exception("closing actor %s failed", self._name)
+        self._stop_actor_loop()
+        if done is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: the process is ending
+                self._loop.call_soon_threadsafe(done)
+
+    async def _cancel_tasks(self) -> None:
+        tasks = [t for t in (*self.concurrent.values(), self._drain_task) if t is not None]
+        tasks = [t for t in tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=_CANCEL_WAIT)
+
+    def _close_host(self, host: Hosted, error: BaseException | None) -> None:
+        """Run the actor's close hooks here (its thread), in its context; an ``async``
+        ``__cleanup__`` runs on its loop."""
+
+        def on_loop(fn: Callable[[], Any]) -> Any:
+            return self._call_on_actor(lambda: host.context.run(fn), _CLEANUP_WAIT)
+
+        host.context.copy().run(host.close, error, on_loop)
+
+    def _stop_actor_loop(self) -> None:
+        actor = self._actor_loop
+        if actor is not None and self._actor_thread is not None:  # its own, not the process'
+            with contextlib.suppress(RuntimeError):  # closed already
+                actor.call_soon_threadsafe(actor.stop)
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """An actor's loop thread: run ``loop`` until stopped, then close it."""
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        leftover = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            with contextlib.suppress(BaseException):
+                loop.run_until_complete(asyncio.wait(leftover, timeout=_CANCEL_WAIT))
+        loop.close()
 
 
 def _kind_of(host: Hosted, endpoint: str) -> EndpointKind | None:

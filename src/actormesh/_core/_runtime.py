@@ -54,6 +54,7 @@ from .._transport._frames import Buffer
 from . import _envelope as env
 from ._dispatch import Handler, Table, dispatch, frame_table
 from ._early_calls import EarlyCalls
+from ._event_loops import new_event_loop
 from ._hosting import Hosting, _Delivery, _HostedActor
 from ._reply_routes import ReplyRoute, ReplyRoutes
 
@@ -83,18 +84,6 @@ class ReplyHandler(Protocol):
 def _local_only(host: str) -> bool:
     # Loopback reaches no other host; a wildcard names no interface to advertise.
     return host.startswith("127.") or host in ("::1", "localhost", "0.0.0.0", "::")
-
-
-def new_event_loop(config: Config) -> asyncio.AbstractEventLoop:
-    """A new loop of the configured kind (uvloop when asked for and installed)."""
-    if config.event_loop == "uvloop":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
 
 
 class CoreRuntime(Hosting):

@@ -43,7 +43,7 @@ class _Placeholder:
     def invoke(self, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         raise AttributeError(f"no endpoint {endpoint!r} here")
 
-    def close(self) -> None:
+    def close(self, error: BaseException | None = None, on_loop: Any = None) -> None:
         pass
 
 

@@ -100,7 +100,10 @@ class Agent:
         outcome = _dispatch(state, endpoint, args)
         return _done() if outcome is None else outcome
 
-    def close(self) -> None:
+    # Its endpoints run on the process' loop, where the RPC state lives (a task each).
+    process_loop = True
+
+    def close(self, error: BaseException | None = None, on_loop: Any = None) -> None:
         self._closed = True
         self.state = None
         early, self._early = self._early, []
