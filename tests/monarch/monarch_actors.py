@@ -485,3 +485,36 @@ class CancelledBeforeCleanup(Actor):
 
     async def __cleanup__(self, exc: Exception | None) -> None:
         self.port.send("cleanup")
+
+
+class ProcMeshHolder(Actor):
+    """Is given a process mesh, spawns on it, and tries to stop it."""
+
+    @endpoint
+    def pids_of_spawned(self, procs: Any) -> list[int]:
+        spawned = procs.spawn("spawned_by_holder", Echo)
+        return sorted(spawned.pid.call().get(timeout=30).values())
+
+    @endpoint
+    def pids_on_own_proc_mesh(self) -> list[int]:
+        spawned = context().actor_instance.proc_mesh.spawn("beside_holder", Echo)
+        return sorted(spawned.pid.call().get(timeout=30).values())
+
+    @endpoint
+    def try_stopping(self, procs: Any) -> str:
+        try:
+            procs.stop()
+        except RuntimeError as error:
+            return str(error)
+        return "stopped"
+
+
+class FailsInInit(Actor):
+    """Raises in ``__init__`` on every rank."""
+
+    def __init__(self) -> None:
+        raise ValueError(f"no good on rank {context().actor_instance.rank.rank}")
+
+    @endpoint
+    async def ping(self) -> str:
+        return "pong"

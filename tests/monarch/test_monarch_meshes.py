@@ -20,12 +20,18 @@ from actormesh.actor import (
     this_host,
     this_proc,
 )
-from actormesh.testing import run
+from actormesh.testing import run, wait_until
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
-    from tests.monarch.monarch_actors import BOOT_VARIABLE, Echo, mark_booted
+    from tests.monarch.monarch_actors import (
+        BOOT_VARIABLE,
+        Echo,
+        FailsInInit,
+        ProcMeshHolder,
+        mark_booted,
+    )
 else:
-    from monarch_actors import BOOT_VARIABLE, Echo, mark_booted
+    from monarch_actors import BOOT_VARIABLE, Echo, FailsInInit, ProcMeshHolder, mark_booted
 
 WHOLE = {"nodes": 2, "gpus": 2}
 
@@ -226,3 +232,43 @@ def test_an_async_proc_mesh_stop_can_be_awaited() -> None:
         assert await stopping is None
 
     run(main())
+
+
+@pytest.mark.timeout(60)
+def test_a_proc_mesh_passed_to_an_actor_spawns_there_and_is_stopped_by_its_owner() -> None:
+    holder_procs = this_host().spawn_procs(per_host={"gpus": 1})
+    lent = this_host().spawn_procs(per_host={"gpus": 2})
+    try:
+        holder = holder_procs.spawn("holder", ProcMeshHolder).slice(gpus=0)
+        expected = sorted(lent.spawn("pids", Echo).pid.call().get(timeout=30).values())
+        assert holder.pids_of_spawned.call_one(lent).get(timeout=30) == expected
+        refused = holder.try_stopping.call_one(lent).get(timeout=30)
+        assert "only that process stops it" in refused
+    finally:
+        lent.stop().get(timeout=30)
+        holder_procs.stop().get(timeout=30)
+
+
+def test_an_actor_spawns_beside_itself_on_its_proc_mesh(procs: ProcMesh) -> None:
+    holder = procs.spawn("beside", ProcMeshHolder)
+    own = sorted(procs.spawn("own_pids", Echo).pid.call().get(timeout=30).values())
+    assert holder.slice(nodes=0, gpus=0).pids_on_own_proc_mesh.call_one().get(timeout=30) == own
+
+
+def test_the_controllers_proc_mesh_is_this_proc() -> None:
+    from actormesh.actor import context
+
+    mesh = context().actor_instance.proc_mesh
+    assert isinstance(mesh, ProcMesh)
+    assert mesh.spawn("in_controller", Echo).pid.call_one().get(timeout=30) == os.getpid()
+
+
+def test_an_init_failing_on_every_rank_is_one_failure_per_rank(
+    procs: ProcMesh, fault_hook: list[MeshFailure]
+) -> None:
+    procs.spawn("fails_in_init", FailsInInit)
+    wait_until(lambda: len(fault_hook) >= 4, 30, "a failure of each rank")
+    assert sorted(f.ranks for f in fault_hook) == [(0,), (1,), (2,), (3,)]
+    for failure in fault_hook:
+        assert "fails_in_init" in str(failure)
+        assert f"no good on rank {failure.ranks[0]}" in str(failure)

@@ -253,6 +253,7 @@ class SpawnSpec:
     sizes: tuple[int, ...]
     mesh: Any = None
     restore: bool = False
+    proc_mesh: Any = None
 
     def actor(self, rank: int) -> tuple[Callable[[], Any], str, dict[str, int]]:
         """``(factory, mesh name, coordinates)`` of the actor of this root rank."""
@@ -274,7 +275,7 @@ class SpawnSpec:
         return build, self.mesh_name, coords
 
     def _construct(self, point: Point) -> Any:
-        set_current_actor(ActorIdentity(self.mesh_name, point, self.mesh))
+        set_current_actor(ActorIdentity(self.mesh_name, point, self.mesh, self.proc_mesh))
         CURRENT_PREFIX.set(f"[{self.mesh_name} {point}]")
         instance = self.cls(*self.args, **self.kwargs)
         hook = getattr(instance, "__restore__", None) if self.restore else None

@@ -30,11 +30,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ActorIdentity:
-    """The running actor: its mesh name, its coordinates, and a handle on its own mesh."""
+    """The running actor: its mesh name, its coordinates, a handle on its own mesh, and
+    the process mesh it was spawned on."""
 
     mesh_name: str
     point: Point
     mesh: Any = None
+    proc_mesh: Any = None
 
 
 _CURRENT: contextvars.ContextVar[ActorIdentity | None] = contextvars.ContextVar(
@@ -97,6 +99,17 @@ class Instance:
     class_name: str | None
     actor_id: str
     proc_id: str
+    spawned_on: Any = None
+
+    @property
+    def proc_mesh(self) -> Any:
+        """The process mesh it was spawned on (``this_proc()`` in the controller):
+        spawning there puts actors in the same processes."""
+        if self.spawned_on is not None:
+            return self.spawned_on
+        from ._host_mesh import this_proc
+
+        return this_proc()
 
     @property
     def proc(self) -> Any:
@@ -126,7 +139,9 @@ def context() -> Context:
     class_name = mesh._ref.class_name if mesh is not None else None
     mesh_id = mesh._ref.mesh_id if mesh is not None else identity.mesh_name
     actor_id = f"{mesh_id}[{identity.point.rank}]@{proc_id}"
-    instance = Instance(identity.point, identity.mesh_name, class_name, actor_id, proc_id)
+    instance = Instance(
+        identity.point, identity.mesh_name, class_name, actor_id, proc_id, identity.proc_mesh
+    )
     return Context(instance, current_rank())
 
 

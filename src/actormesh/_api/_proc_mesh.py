@@ -18,7 +18,7 @@ import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future as ConcurrentFuture
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from .. import _observe
 from .._core import dumps
@@ -42,14 +42,24 @@ T = TypeVar("T")
 
 
 class _Processes:
-    """The processes of one process mesh, shared by all its slices."""
+    """The processes of one process mesh, shared by all its slices.
+
+    ``owned`` is False in a copy of a process mesh that another process sent (a
+    ``ProcMesh`` pickles as a reference to the same processes): actors may be spawned on
+    it from there, but only its owner, the process that started it, stops it.
+    """
 
     def __init__(
-        self, name: str, children: list[ChildProcess], allocator: Allocator | None = None
+        self,
+        name: str,
+        children: Sequence[ChildProcess | _ProcessRef],
+        allocator: Allocator | None = None,
+        owned: bool = True,
     ) -> None:
         self.name = name
-        self.children = children
+        self.children = list(children)
         self.allocator: Allocator = allocator or LocalAllocator()
+        self.owned = owned
         self.stopped = False
         self.meshes: list[str] = []
         self.restarter: _restart.Restarter | None = None
@@ -57,8 +67,25 @@ class _Processes:
         self.hosts: tuple[Any, int] | None = None
 
 
+class _ProcessRef:
+    """A process of a process mesh that another process started (see ``_Processes``)."""
+
+    local = False  # its pid may mean nothing here
+    restart_note: str | None = None
+
+    def __init__(self, key: str, rank: int, listen_path: str, pid: int) -> None:
+        self.key = key
+        self.rank = rank
+        self.listen_path = listen_path
+        self.pid = pid
+
+
 class ProcMesh(Shaped):
-    """Worker processes with named dimensions; returned by ``proc_mesh()``."""
+    """Worker processes with named dimensions; returned by ``proc_mesh()``.
+
+    A process mesh travels in calls (as Monarch's does): the actor that receives it can
+    spawn actors on the same processes, which then belong to that actor.
+    """
 
     def __init__(self, processes: _Processes, shape: Shape, per_process: int = 1) -> None:
         self._processes = processes
@@ -68,6 +95,13 @@ class ProcMesh(Shaped):
 
     def _with_shape(self, shape: Shape) -> ProcMesh:
         return ProcMesh(self._processes, shape, self._per_process)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        processes = self._processes
+        children = tuple(
+            (child.key, child.rank, child.listen_path, child.pid) for child in processes.children
+        )
+        return (_received, (processes.name, children, self._shape, self._per_process))
 
     def repeat(self, **dims: int) -> ProcMesh:
         """This mesh with each process repeated along new (last) dimensions.
@@ -115,7 +149,7 @@ class ProcMesh(Shaped):
         mesh: ActorMesh[T] = ActorMesh(ref, Shape.from_dims(labels, sizes), actor_class)
         _supervision.adopt(mesh._state)
         _observe.spawned(mesh)  # actormesh top / stacks / debug see it
-        spec = SpawnSpec(actor_class, args, kwargs, name, labels, sizes, mesh)
+        spec = SpawnSpec(actor_class, args, kwargs, name, labels, sizes, mesh, proc_mesh=self)
         payload, buffers = dumps(spec)
         self._processes.meshes.append(ref.mesh_id)
         if self._processes.restarter is not None:
@@ -130,6 +164,12 @@ class ProcMesh(Shaped):
         errors of calls to its actors say ``reason``."""
         processes = self._processes
         runtime = Runtime.get()
+        if not processes.owned:
+            raise RuntimeError(
+                f"process mesh '{processes.name}' was sent here from the process that "
+                "started it, and only that process stops it (stop the actor meshes you "
+                "spawned on it with their own stop())"
+            )
         if processes.stopped:
             return _from_concurrent(runtime, _done_future())
         processes.stopped = True
@@ -144,7 +184,8 @@ class ProcMesh(Shaped):
         async def stopping() -> None:
             # The actors first, so each one's __cleanup__ runs, then the processes.
             await _stop_actors(runtime, processes, grace)
-            await processes.allocator.stop(runtime, processes.children, grace)
+            owned = cast(list[ChildProcess], processes.children)  # (only owners stop)
+            await processes.allocator.stop(runtime, owned, grace)
 
         return _from_concurrent(runtime, runtime.submit(stopping()))
 
@@ -215,6 +256,14 @@ class ProcMesh(Shaped):
         return f"<ProcMesh '{self._processes.name}' {self._shape}>"
 
 
+def _received(
+    name: str, children: tuple[tuple[str, int, str, int], ...], shape: Shape, per_process: int
+) -> ProcMesh:
+    """A process mesh sent by another process: a reference to the same processes."""
+    processes = _Processes(name, [_ProcessRef(*child) for child in children], owned=False)
+    return ProcMesh(processes, shape, per_process)
+
+
 def _log_settings(stream_to_client: bool, level: int) -> None:
     # Runs in each process of the mesh (ProcessSetup): its logging level, and its output
     # sent nowhere when the caller does not want it.
@@ -281,10 +330,9 @@ class _Spawn(_Gather):
         self.state.init_errors.update(failed)
         for rank, error in failed.items():
             self.state.dead.setdefault(rank, f"its __init__ raised {error.cause_type}")
-        if failed:
-            first = failed[min(failed)]
-            failure = Failure(self.ref.name, tuple(sorted(failed)), "init", first)
-            _supervision.report(self.state, failure)
+        for rank in sorted(failed):
+            # One failure per rank, as Monarch reports them (and calls the hooks).
+            _supervision.report(self.state, Failure(self.ref.name, (rank,), "init", failed[rank]))
         self.future._set_exception(self.errors[min(self.errors)])
 
 

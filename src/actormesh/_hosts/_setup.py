@@ -19,16 +19,25 @@ import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .._core import EndpointKind, dumps
 from .._core._envelope import SPAWN, STOP_MESH, encode_header, error_from_payload
 from .._exceptions import ActorDiedError
 from .._transport import Connection, TransportClosed
-from ._process import ChildProcess
 from ._runtime import Runtime
 
 __all__ = ["ProcessSetup", "prepare"]
+
+
+class Reachable(Protocol):
+    """A process ``prepare`` can reach: a ``ChildProcess``, or a reference to one."""
+
+    @property
+    def listen_path(self) -> str: ...
+
+    @property
+    def rank(self) -> int: ...
 
 
 class _Placeholder:
@@ -106,7 +115,7 @@ class _Replies:
 
 
 async def prepare(
-    runtime: Runtime, children: Sequence[ChildProcess], setup: ProcessSetup, timeout: float
+    runtime: Runtime, children: Sequence[Reachable], setup: ProcessSetup, timeout: float
 ) -> None:
     """Run ``setup`` in each of ``children`` (loop thread); raises what a process raised.
 
