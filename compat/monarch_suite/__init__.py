@@ -4,7 +4,8 @@ A development bar, not part of CI (``scripts/test`` never runs it)::
 
     scripts/monarch-suite PATH [--side both|actormesh|monarch] [--monarch-python PY]
                                [--control FILE] [--mine FILE] [--keep DIR]
-                               [--only FILE_PART]... [--timeout S] [-- PYTEST_ARGS...]
+                               [--only FILE_PART]... [--timeout S] [--actormesh-src DIR]
+                               [-- PYTEST_ARGS...]
 
 PATH holds Monarch's test files: a Monarch checkout (its ``python/tests``), a folder of
 test files, or a torchmonarch wheel (0.7.0 ships the exact 0.7.0 tests as its top-level
@@ -43,6 +44,9 @@ what is not counted and why. Exit status 0 when that share is at least 95%.
 entry per test with its outcome, error line, traceback tail and time) and logs;
 ``--control FILE`` reuses a saved Monarch record instead of running Monarch again,
 ``--mine FILE`` a saved actormesh record; ``--side`` runs one side only.
+``--actormesh-src DIR`` tests the ``actormesh`` package in DIR instead of the project's
+(for instance ``git archive HEAD src`` unpacked, to measure a commit while the work tree
+changes; copy the built ``*.so`` files along or set ``ACTORMESH_NO_EXTENSIONS=1``).
 """
 
 from __future__ import annotations

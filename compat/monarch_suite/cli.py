@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -18,6 +19,10 @@ from .selection import FILES, analyse
 
 def _load(path: Path | None) -> dict[str, Any]:
     return json.loads(path.read_text()) if path else {}
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,10 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mine", type=Path, help="actormesh's record from an earlier run")
     parser.add_argument("--keep", type=Path, help="save each side's record and logs here")
     parser.add_argument("--only", action="append", help="only files whose name contains this")
+    parser.add_argument(
+        "--actormesh-src",
+        type=Path,
+        help="a folder with the actormesh package to test (default: the project's)",
+    )
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per test")
     args, pytest_args = parser.parse_known_args(argv)
     pytest_args = [a for a in pytest_args if a != "--"]
 
+    # SIGTERM unwinds like Ctrl-C, so the runs in flight end and the scratch goes.
+    signal.signal(signal.SIGTERM, _interrupt)
     scratch = Path(tempfile.mkdtemp(prefix="ms-src-"))
     try:
         return _run(args, pytest_args, scratch)
@@ -76,7 +88,7 @@ def _run(args: argparse.Namespace, pytest_args: list[str], scratch: Path) -> int
             (args.keep / "monarch.json").write_text(json.dumps(control, indent=1))
     if args.side in ("both", "actormesh") and not args.mine:
         mine = run_side("actormesh", sys.executable, tests, files, deselect, args.timeout,
-                        pytest_args, args.keep)  # fmt: skip
+                        pytest_args, args.keep, args.actormesh_src)  # fmt: skip
         times["actormesh"] = mine["wall_s"]
         if args.keep:
             (args.keep / "actormesh.json").write_text(json.dumps(mine, indent=1))

@@ -48,8 +48,7 @@ CAUSES: list[tuple[str, str]] = [
         "queued message first",
     ),
     (
-        r"test_a_sync_supervise_verdict_fails_the_actor\[.*\n.*monarch-actor-driver|"
-        r"test_a_sync_supervise_verdict_fails_the_actor\[.*\n.*'thread': \"actor ",
+        r"test_sync_actor_driver\.py::.*\n.*'thread': \"actor ",
         "the thread a sync actor's handlers run on: Monarch names it 'monarch-actor-driver' "
         '(the test checks the name); actormesh names it "actor <mesh>{coords}"',
     ),

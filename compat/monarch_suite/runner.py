@@ -183,7 +183,7 @@ def prepare(side: str, tests: Path, root: Path, timeout: float) -> Path:
 
 def _environment(side: str, folder: Path, extra_path: list[str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    path = [str(folder / "plugins"), str(folder / "tests"), *extra_path]
+    path = [*extra_path, str(folder / "plugins"), str(folder / "tests")]
     if side == "actormesh":
         path.insert(0, str(folder / "site"))
     env.update(
@@ -246,7 +246,12 @@ def run_file(
                 cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
-            killed = _watch(proc, record, timeout)
+            try:
+                killed = _watch(proc, record, timeout)
+            except BaseException:  # Ctrl-C or SIGTERM: the launcher ends what it started
+                proc.send_signal(signal.SIGTERM)
+                proc.wait()
+                raise
         events = _events(record)
         try:
             launched = json.loads(report.read_text())
@@ -342,14 +347,22 @@ def run_side(
     timeout: float,
     pytest_args: list[str],
     keep: Path | None,
+    actormesh_src: Path | None = None,
 ) -> Record:
-    """Run ``files`` on one side; the side's record (see the package docstring)."""
+    """Run ``files`` on one side; the side's record (see the package docstring).
+
+    ``actormesh_src`` (actormesh side): a folder holding an ``actormesh`` package to
+    test instead of the one the project's Python imports (say, a snapshot of a commit).
+    """
     root = Path(tempfile.mkdtemp(prefix=f"ms-{side[:3]}-"))
     extra = actormesh_extra_path() if side == "actormesh" else []
+    if side == "actormesh" and actormesh_src is not None:
+        extra.insert(0, str(actormesh_src.resolve()))
     folder = prepare(side, tests, root, timeout)
     record: Record = {
         "side": side, "python": python, "tests": {}, "files": {},
         "timeout": timeout, "pytest_args": pytest_args,
+        "actormesh_src": str(actormesh_src) if actormesh_src else None,
     }  # fmt: skip
     started = time.monotonic()
     print(f"== {side}: {python}, {len(files)} files, {timeout:.0f}s per test", flush=True)
