@@ -518,3 +518,115 @@ class FailsInInit(Actor):
     @endpoint
     async def ping(self) -> str:
         return "pong"
+
+
+class _WritesOnFinalize:
+    """Writes ``finalized`` to a file when it is finalized (its file opened up front:
+    ``open`` may be gone when the interpreter finalizes)."""
+
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "w")  # noqa: SIM115 (closed by __del__)
+
+    def __del__(self) -> None:
+        self._file.write("finalized")
+        self._file.close()
+
+
+_FINALIZED_AT_EXIT: _WritesOnFinalize | None = None
+
+
+class KeepsAModuleGlobal(Actor):
+    """Leaves an object with a finalizer in a module global: it is finalized only when
+    the process' interpreter is, at its exit."""
+
+    def __init__(self, path: str) -> None:
+        global _FINALIZED_AT_EXIT
+        _FINALIZED_AT_EXIT = _WritesOnFinalize(path)
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def _append(path: str, label: str) -> None:
+    with open(path, "a") as log:
+        log.write(label + "\n")
+
+
+class FailsInBroadcast(Actor):
+    """A child whose ``fail`` raises: broadcast, it ends the child and its owner hears."""
+
+    @endpoint
+    async def fail(self) -> None:
+        raise RuntimeError("child failure")
+
+    @endpoint
+    async def ping(self) -> str:
+        return "pong"
+
+
+class BackloggedOwner(Actor):
+    """A sync owner that logs to ``path``; its child fails while it is busy."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.child = this_proc().spawn("failing_child", FailsInBroadcast)
+
+    @endpoint
+    def block(self, seconds: float) -> None:
+        _append(self.path, "block-start")
+        self.child.fail.broadcast()
+        threading.Event().wait(seconds)  # long enough for the failure to arrive
+        _append(self.path, "block-end")
+
+    @endpoint
+    def record(self, i: int) -> None:
+        _append(self.path, f"record-{i}")
+
+    def __supervise__(self, failure: MeshFailure) -> bool:
+        _append(self.path, "__supervise__")
+        return True
+
+
+class WaitsForItsSupervisor(Actor):
+    """An async owner whose endpoint waits for ``__supervise__`` to hear of its child."""
+
+    def __init__(self) -> None:
+        self.child = this_proc().spawn("failing_child", FailsInBroadcast)
+        self.heard = asyncio.Event()
+        self.failures: list[str] = []
+
+    @endpoint
+    async def fail_child_and_wait(self) -> list[str]:
+        await self.child.ping.call()
+        self.child.fail.broadcast()
+        await asyncio.wait_for(self.heard.wait(), timeout=30)
+        return self.failures
+
+    def __supervise__(self, failure: MeshFailure) -> bool:
+        self.failures.append(str(failure))
+        self.heard.set()
+        return True
+
+
+class _Fatal(BaseException):
+    """Not an ``Exception``: ends the actor that raises it."""
+
+
+class DiesOfABaseException(Actor):
+    """Logs to ``path``: ``die`` raises a ``BaseException``, ``after`` must never run."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @endpoint
+    def die(self) -> None:
+        _append(self.path, "die")
+        raise _Fatal()
+
+    @endpoint
+    def after(self) -> None:
+        _append(self.path, "after")
+
+    def __cleanup__(self, exc: Exception | None) -> None:
+        _append(self.path, "__cleanup__")

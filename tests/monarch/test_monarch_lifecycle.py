@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -18,6 +19,7 @@ from actormesh.actor import (
     get_or_spawn_controller,
     this_host,
 )
+from actormesh.testing import process_gone, wait_until
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
     from tests.monarch.monarch_actors import (
@@ -25,6 +27,7 @@ if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
         CancelledBeforeCleanup,
         Cleaner,
         Echo,
+        KeepsAModuleGlobal,
         SiblingMaker,
         Spawner,
         SyncCleaner,
@@ -36,6 +39,7 @@ else:
         CancelledBeforeCleanup,
         Cleaner,
         Echo,
+        KeepsAModuleGlobal,
         SiblingMaker,
         Spawner,
         SyncCleaner,
@@ -187,3 +191,18 @@ def test_stopping_cancels_running_concurrent_endpoints_before_cleanup() -> None:
     assert [receiver.recv().get(timeout=10) for _ in range(2)] == ["task cancelled", "cleanup"]
     with pytest.raises(MeshStoppedError):
         pending.get(timeout=10)
+
+
+@pytest.mark.timeout(60)
+def test_stopped_processes_finalize_their_interpreter(tmp_path: Path) -> None:
+    # As Monarch's: a process that is told to stop exits as a Python program ends, so
+    # finalizers of module globals (and atexit handlers) run.
+    marker = tmp_path / "finalized.txt"
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        keeper = procs.spawn("keeper", KeepsAModuleGlobal, str(marker))
+        pid = keeper.pid.call_one().get(timeout=30)
+    finally:
+        procs.stop().get(timeout=30)
+    wait_until(lambda: process_gone(pid), 30, "the process to end")
+    assert marker.read_text() == "finalized"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -20,9 +21,23 @@ from actormesh.actor import ActorError, MeshFailure, ProcMesh, this_host, unhand
 from actormesh.testing import wait_until
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
-    from tests.monarch.monarch_actors import Echo, Parent, Victim
+    from tests.monarch.monarch_actors import (
+        BackloggedOwner,
+        DiesOfABaseException,
+        Echo,
+        Parent,
+        Victim,
+        WaitsForItsSupervisor,
+    )
 else:
-    from monarch_actors import Echo, Parent, Victim
+    from monarch_actors import (
+        BackloggedOwner,
+        DiesOfABaseException,
+        Echo,
+        Parent,
+        Victim,
+        WaitsForItsSupervisor,
+    )
 
 
 @dataclass
@@ -265,3 +280,58 @@ def test_the_default_hook_called_by_hand_writes_the_report(
     assert capfd.readouterr().err == (
         "actormesh: unhandled failure of mesh 'trainers' (ranks [1, 3], died): exited with code 9\n"
     )
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+@pytest.mark.timeout(60)
+def test_a_supervision_event_runs_before_the_messages_queued_on_a_sync_actor(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "log"
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        owner = procs.spawn("backlogged", BackloggedOwner, str(log))
+        owner.block.broadcast(2.0)
+        for i in range(3):
+            owner.record.broadcast(i)
+        wait_until(lambda: "record-2" in _lines(log), 30, "the backlog to run")
+        assert _lines(log) == [
+            "block-start",
+            "block-end",
+            "__supervise__",
+            "record-0",
+            "record-1",
+            "record-2",
+        ]
+    finally:
+        procs.stop().get(timeout=30)
+
+
+def test_supervise_runs_while_an_async_endpoint_of_the_owner_waits_for_it(
+    procs: ProcMesh,
+) -> None:
+    owner = procs.spawn("waits_for_supervisor", WaitsForItsSupervisor).slice(nodes=0, gpus=0)
+    failures = owner.fail_child_and_wait.call_one().get(timeout=60)
+    assert len(failures) == 1
+    assert "failing_child" in failures[0] and "child failure" in failures[0]
+
+
+@pytest.mark.timeout(60)
+def test_a_base_exception_ends_the_actor_before_its_next_message(
+    tmp_path: Path, fault_hook: list[MeshFailure]
+) -> None:
+    log = tmp_path / "log"
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        actor = procs.spawn("dies", DiesOfABaseException, str(log))
+        actor.die.broadcast()
+        actor.after.broadcast()
+        wait_until(lambda: "__cleanup__" in _lines(log), 30, "the actor's cleanup")
+        assert _lines(log) == ["die", "__cleanup__"]
+        with pytest.raises(ActorDiedError):
+            actor.after.call_one().get(timeout=30)
+    finally:
+        procs.stop().get(timeout=30)

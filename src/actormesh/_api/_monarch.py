@@ -19,7 +19,7 @@ import threading
 import types
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from .._hosts import Runtime
 from ._future import Future
@@ -123,7 +123,7 @@ def enable_transport(transport: ChannelTransport | str) -> None:
         raise TypeError(f"a transport is a ChannelTransport or a string, not {transport!r}")
 
 
-def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = None) -> None:
+def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = None) -> NoReturn:
     """Serve as this host's agent for an owner that attaches at ``address``
     (``attach_to_workers``); exits when that owner lets it go or goes away.
 

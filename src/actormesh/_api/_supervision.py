@@ -188,9 +188,11 @@ def _escalate(
 
 
 class _Supervise:
-    """The message that runs an owning actor's ``__supervise__`` (a mailbox ``Message``)."""
+    """The message that runs an owning actor's ``__supervise__`` (a mailbox ``Message``):
+    urgent, so it does not wait behind the actor's queued messages (Monarch's order)."""
 
     endpoint = _HOOK
+    urgent = True
 
     def __init__(self, runtime: Runtime, owner: tuple[str, int], failure: Failure) -> None:
         self.runtime = runtime

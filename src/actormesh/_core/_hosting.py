@@ -157,23 +157,26 @@ class _Delivery:
         payload = env.error_payload(
             error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint, as_sent=as_sent
         )
-        if self.req_id == 0 and self.port is None:
-            # Nobody waits for this answer: the failure goes to whoever spawned the mesh
-            # (not to the sender, who may only hold a reference to it), and the actor is
-            # dropped, as Monarch drops an actor whose message failed with no one to
-            # answer (its __cleanup__ gets the error). Without a known spawner (an actor
-            # hosted by host()), the sender hears of it.
-            told = _Delivery.escalate is not None and _Delivery.escalate(
-                self.mesh_id, self.rank, self.endpoint, payload
-            )
-            if not told:
-                header = env.encode_header((env.FAILURE, self.mesh_id, self.rank, self.endpoint))
-                with contextlib.suppress(TransportClosed):
-                    self.conn.send([header, payload])
-            if _Delivery.drop is not None:
-                _Delivery.drop(self.mesh_id, self.rank, error)
-            return
-        self._answer(False, [payload])
+        unanswered = self.req_id == 0 and self.port is None
+        if not unanswered:
+            self._answer(False, [payload])
+            if isinstance(error, (Exception, asyncio.CancelledError)):
+                return
+        # Nobody waits for this answer, or the endpoint raised a BaseException (which
+        # ends an actor in Monarch): the failure goes to whoever spawned the mesh (not to
+        # the sender, who may only hold a reference to it), and the actor is dropped, as
+        # Monarch drops it: no further message runs, and its __cleanup__ gets the error.
+        # Without a known spawner (an actor hosted by host()), the sender hears of it.
+        self.hosted.mailbox.halt()
+        told = _Delivery.escalate is not None and _Delivery.escalate(
+            self.mesh_id, self.rank, self.endpoint, payload
+        )
+        if not told and unanswered:
+            header = env.encode_header((env.FAILURE, self.mesh_id, self.rank, self.endpoint))
+            with contextlib.suppress(TransportClosed):
+                self.conn.send([header, payload])
+        if _Delivery.drop is not None:
+            _Delivery.drop(self.mesh_id, self.rank, error)
 
     def fail_init(self, error: BaseException) -> None:
         """The actor's ``__init__`` raised before this message ran: the caller gets the

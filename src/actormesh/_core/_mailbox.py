@@ -166,8 +166,13 @@ class Mailbox:
         # The queue, and whether someone (the loop's task or the actor's thread) drains it.
         self._lock = threading.Lock()
         self._queue: deque[Message] = deque()
+        # Urgent messages (supervision events) run before the queued ones.
+        self._urgent: deque[Message] = deque()
+        self._urgent_waiting = 0  # urgent ones sent to the actor's loop, not started yet
         self._running = False
         self._closed = False
+        self._halted = False  # an endpoint ended the actor: nothing more runs
+        self._async_actor = False  # built on its loop (all its endpoints ``async``)
         self._host: Hosted | None = None
         # What runs now: the one-at-a-time message, since when (both set by whichever
         # thread runs it), the task that drains the queue while its head is ``async``;
@@ -261,7 +266,11 @@ class Mailbox:
     ) -> None:
         try:
             built = factory()
-            host = self._call_on_actor(built.build) if isinstance(built, BuildOnLoop) else built
+            if isinstance(built, BuildOnLoop):
+                self._async_actor = True
+                host = self._call_on_actor(built.build)
+            else:
+                host = built
         except BaseException as error:
             self._loop.call_soon_threadsafe(self._after_construct, error, done)
             return
@@ -282,6 +291,8 @@ class Mailbox:
             waiting, self._queue = self._queue, deque()
             if error is not None:
                 self._closed = True
+                waiting.extendleft(reversed(self._urgent))
+                self._urgent.clear()
         if error is not None:
             # Messages that arrived while it was being built will never run: fail them.
             for message in waiting:
@@ -316,7 +327,13 @@ class Mailbox:
     # -- delivering ------------------------------------------------------------------------
 
     def deliver(self, message: Message) -> None:
-        """Queue a message; call on the loop thread."""
+        """Queue a message; call on the loop thread.
+
+        A message marked ``urgent`` (a supervision event) does not wait behind the queued
+        ones: on an actor whose endpoints are all ``async`` it runs at once, on its loop,
+        beside the running endpoint (which may be waiting for it); on any other it runs
+        next, once the running message is done.
+        """
         if self._closed:
             from .._exceptions import MeshStoppedError
 
@@ -328,11 +345,37 @@ class Mailbox:
             # is busy with a long message (a blocking ``def`` step, say).
             self._start_concurrent(host, message)
             return
+        urgent = getattr(message, "urgent", False)
+        if urgent and host is not None and self._async_actor:
+            with self._lock:
+                self._urgent_waiting += 1
+            self._on_actor(self._start_urgent, host, message)
+            return
         with self._lock:
-            self._queue.append(message)
+            (self._urgent if urgent else self._queue).append(message)
             if self._running:
                 return  # whoever drains the queue will come to it
         self._kick()
+
+    def _start_urgent(self, host: Hosted, message: Message) -> None:
+        # On the actor's loop: the urgent message runs as a task of its own.
+        with self._lock:
+            self._urgent_waiting -= 1
+        try:
+            args, kwargs = message.arguments()
+        except BaseException as error:
+            message.fail(error)
+            return
+        if _kind_of(host, message.endpoint) is EndpointKind.SYNC:
+            self._run_sync(host, message, args, kwargs)  # a plain hook: here, at once
+            return
+        self._create_concurrent(host, message, args, kwargs)
+
+    def halt(self) -> None:
+        """The running endpoint ended the actor (any thread): no further message runs;
+        ``close`` follows."""
+        with self._lock:
+            self._halted = True
 
     def _start_concurrent(self, host: Hosted, message: Message) -> None:
         try:
@@ -367,10 +410,12 @@ class Mailbox:
         """Start draining the queue, if nobody does (loop thread)."""
         host = self._host
         with self._lock:
-            if self._running or not self._queue or host is None or self._closed:
+            if self._running or host is None or self._closed:
+                return
+            if not self._urgent and not self._queue:
                 return
             self._running = True
-            head = self._queue[0]
+            head = self._urgent[0] if self._urgent else self._queue[0]
         if _kind_of(host, head.endpoint) is EndpointKind.SYNC:
             self._jobs.put((self._drain_on_thread,))
         else:
@@ -390,14 +435,15 @@ class Mailbox:
         when the queue is empty (nobody drains it from now on), True when its head is the
         other drainer's (the caller hands over)."""
         with self._lock:
-            if self._closed or not self._queue:
+            queue = self._urgent or self._queue
+            if self._closed or self._halted or not queue:
                 self._running = False
                 return False
-            message = self._queue[0]
+            message = queue[0]
             kind = _kind_of(host, message.endpoint)
             if kind is not None and (kind is EndpointKind.SYNC) != on_thread:
                 return True
-            self._queue.popleft()
+            queue.popleft()
             return message, kind
 
     async def _drain(self) -> None:
@@ -413,6 +459,10 @@ class Mailbox:
                     self._create_concurrent(host, message, *args)
                     ok = None  # counted when its task ends
                 self._ran(message, ok)
+                if self._urgent_waiting:
+                    # An urgent message waits on this loop behind endpoints that never
+                    # yield: let it run before the next one.
+                    await asyncio.sleep(0)
         except BaseException:
             with self._lock:
                 self._running = False
@@ -544,9 +594,9 @@ class Mailbox:
         return task if task is not None and not task.done() else None
 
     def queued(self) -> list[Message]:
-        """Messages waiting their turn, oldest first."""
+        """Messages waiting their turn, in the order they will run."""
         with self._lock:
-            return list(self._queue)
+            return [*self._urgent, *self._queue]
 
     def cancel(self, match: Callable[[Message], bool]) -> int:
         """Cancel the messages ``match`` selects (loop thread); returns how many it reached.
@@ -603,6 +653,7 @@ class Mailbox:
         with self._lock:
             self._closed = True
             dropped, self._queue = self._queue, deque()
+            self._urgent.clear()  # supervision events of an actor that is going: dropped
             host = self._host  # (None while it is built: ``_construct`` closes it then)
         why = "the actor's mesh was stopped" if error is None else f"the actor failed: {error}"
         for message in dropped:

@@ -31,7 +31,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from .._core import _envelope as env
 from .._core import dumps, loads
@@ -289,9 +289,10 @@ def _become_agent(runtime: Runtime, advertise: str) -> None:
     Agent(runtime, advertise)  # the handlers it registers on the runtime keep it
 
 
-def serve_agent_listening(address: str, secret: str) -> None:
+def serve_agent_listening(address: str, secret: str) -> NoReturn:
     """Wait at ``address`` (``tcp://host:port``) for an owner to attach, then serve it as
-    this host's agent until it goes away (Monarch's ``run_worker_loop_forever``).
+    this host's agent until it goes away (Monarch's ``run_worker_loop_forever``); then
+    the process exits (``SystemExit(0)``).
 
     The owner dials us and proves ``secret`` (the job's secret) before anything else.
     """
@@ -313,6 +314,8 @@ def serve_agent_listening(address: str, secret: str) -> None:
     os.environ["ACTORMESH_SECRET"] = secret
     key = f"agent-{host_info(advertise).hostname}-{os.getpid()}"
     _serve_as_agent(key, owner, advertise, own_group=False, owner_sock=sock)
+    # Monarch's worker loop never returns: its process ends with the host mesh it served.
+    raise SystemExit(0)
 
 
 def main() -> None:

@@ -6,7 +6,10 @@ sends it SIGTERM when the owner dies (``PR_SET_PDEATHSIG``), the owner's socket 
 ends it too, and a watchdog thread waiting on the owner's pidfd ends it even when its
 event loop is blocked. On the way out it kills whatever it started: its process group and
 every descendant, found through the process tree because it is their subreaper (orphans
-of its descendants are re-parented to it, and reaped by it).
+of its descendants are re-parented to it, and reaped by it). Told to shut down, it then
+ends as a Python program does, finalizing its interpreter (``atexit`` handlers run, and
+the finalizers of module globals, as Monarch's processes do); the watchdogs, a failure
+or an owner gone end it at once (``os._exit``).
 
 A process whose owner is on another host (``tcp://`` address; started through Ray, or
 joining by itself with ``actormesh worker --join``) has no owner pid to watch: a thread
@@ -44,6 +47,8 @@ _REAP_INTERVAL = 1.0
 _OWN_GROUP = True
 # Seconds the event loop gets to act on its owner's hang-up before a thread ends us.
 _OWNER_GRACE = 2.0
+# Seconds the interpreter gets to finalize once the process has served (see _leave).
+_FINALIZE_LIMIT = 10
 
 
 def die_with_parent(signum: int = signal.SIGTERM) -> None:
@@ -167,5 +172,22 @@ def serve(
     _reap_periodically(loop, OrphanReaper())
     try:
         loop.run_forever()
-    finally:
+    except BaseException:
         _exit_now()
+        raise
+    _leave(loop)
+
+
+def _leave(loop: asyncio.AbstractEventLoop) -> None:
+    """Leave as a fresh interpreter does at the end of its main module: what this process
+    started is killed, then the interpreter finalizes (``atexit`` handlers, the
+    finalizers of module globals) within ``_FINALIZE_LIMIT`` seconds, after which
+    SIGALRM ends it (a thread that never ends, a hook that hangs)."""
+    kill_tree(include_group=_OWN_GROUP)
+    with contextlib.suppress(Exception):
+        loop.close()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(_FINALIZE_LIMIT)

@@ -100,6 +100,7 @@ def main(argv: list[str]) -> None:
         request, fds = _receive(sock)
         if request is None:
             return  # the owner closed the socket, or is gone
+        pid = -1
         try:
             pid = _fork(sock, request, fds)
         except Exception as error:
@@ -108,7 +109,12 @@ def main(argv: list[str]) -> None:
             answer = {"pid": pid}
         finally:
             for fd in fds:
-                os.close(fd)
+                with contextlib.suppress(OSError):  # (the worker closed its own already)
+                    os.close(fd)
+        if pid == 0:
+            # In a worker that has finished: the interpreter finalizes from here as a fresh
+            # one would at the end of its main module (atexit, module globals' __del__).
+            return
         sock.sendall(pickle.dumps(answer))
 
 
@@ -140,13 +146,14 @@ def _fork(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> int:
     if pid == 0:
         try:
             _become_worker(sock, request, named)
+        except SystemExit:
+            raise  # the worker's own exit status, through the interpreter's exit
         except BaseException:
             import traceback
 
             traceback.print_exc()
             os._exit(70)
-        os._exit(0)
-    return pid
+    return pid  # 0 in the worker, once it has finished
 
 
 def _become_worker(sock: socket.socket, request: dict[str, Any], fds: dict[str, int]) -> None:
