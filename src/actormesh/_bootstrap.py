@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ._api import _actor_logs as actor_logs
 from ._api._supervision import install
 from ._core import _debugger
 from ._hosts import Runtime
@@ -38,6 +39,7 @@ def serve(
 def _setup(runtime: Runtime) -> None:
     install(runtime)
     _debugger.install()  # breakpoint() in an actor: a pdb session in the controller
+    actor_logs.install()  # log records made in actors name them (Monarch's prefix)
 
 
 if __name__ == "__main__":

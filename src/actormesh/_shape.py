@@ -241,13 +241,17 @@ class Point(Mapping[str, int]):
     def __hash__(self) -> int:
         return hash((self.labels, self.sizes, self.coords))
 
-    def __str__(self) -> str:
+    def brief(self) -> str:
+        """The coordinates alone, as actormesh's messages and output prefixes write them:
+        ``{hosts=0, gpus=1}``."""
         return _describe(self.labels, self.coords)
 
     def __repr__(self) -> str:
-        # Monarch's form: each coordinate over its dimension's size.
+        # Monarch's form (its str too): each coordinate over its dimension's size.
         parts = (f"{label!r}: {c}/{n}" for label, c, n in zip(self.labels, self.coords, self.sizes))
         return "{" + ", ".join(parts) + "}"
+
+    __str__ = __repr__
 
 
 @dataclass(frozen=True)

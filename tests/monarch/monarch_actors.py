@@ -630,3 +630,31 @@ class DiesOfABaseException(Actor):
 
     def __cleanup__(self, exc: Exception | None) -> None:
         _append(self.path, "__cleanup__")
+
+
+class Introspects(Actor):
+    """Reports how it sees itself: its rank as text, its name, its creator, and what one
+    of its log records looks like in a handler of its own."""
+
+    @endpoint
+    def describe(self) -> dict[str, Any]:
+        import io
+        import logging
+
+        captured = io.StringIO()
+        handler = logging.StreamHandler(captured)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger = logging.getLogger("introspects")
+        logger.addHandler(handler)
+        try:
+            logger.warning("checked %s", "in")
+            logger.warning("")
+        finally:
+            logger.removeHandler(handler)
+        instance = context().actor_instance
+        return {
+            "rank": str(current_rank()),
+            "instance": str(instance),
+            "creator": instance.creator.name if instance.creator is not None else None,
+            "logged": captured.getvalue().splitlines(),
+        }

@@ -17,12 +17,13 @@ from actormesh.actor import (
     current_actor_name,
     current_rank,
     current_size,
+    this_host,
 )
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
-    from tests.monarch.monarch_actors import Echo
+    from tests.monarch.monarch_actors import Echo, Introspects
 else:
-    from monarch_actors import Echo
+    from monarch_actors import Echo, Introspects
 
 WHOLE = {"nodes": 2, "gpus": 2}
 
@@ -110,3 +111,20 @@ def test_a_missing_dimension_of_the_current_rank_raises_value_error() -> None:
     # In Monarch, current_rank()["gpus"] after slice(gpus=1) raises this error.
     with pytest.raises(ValueError, match="gpus"):
         _ = current_rank()["gpus"]
+
+
+def test_ranks_instances_and_log_records_read_as_in_monarch() -> None:
+    procs = this_host().spawn_procs(per_host={"hosts": 1, "gpus": 2})
+    try:
+        seen = procs.spawn("introspects", Introspects).describe.call().get(timeout=30)
+        got = seen.item(hosts=0, gpus=1)
+    finally:
+        procs.stop().get(timeout=30)
+    assert got["rank"] == "{'hosts': 0/1, 'gpus': 1/2}"
+    name = "<root>.<monarch_actors.Introspects introspects{'hosts': 0/1, 'gpus': 1/2}>"
+    assert got["instance"] == name
+    assert got["creator"] == "root"
+    # A log record made in an actor names it, whatever handler writes it; an empty one
+    # (torch's structured logging) is left alone.
+    assert got["logged"] == [f"[actor={name}] checked in", ""]
+    assert str(context().actor_instance) == "<root>"

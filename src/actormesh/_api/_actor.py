@@ -254,6 +254,7 @@ class SpawnSpec:
     mesh: Any = None
     restore: bool = False
     proc_mesh: Any = None
+    creator: Any = None
 
     def actor(self, rank: int) -> tuple[Callable[[], Any], str, dict[str, int]]:
         """``(factory, mesh name, coordinates)`` of the actor of this root rank."""
@@ -275,8 +276,9 @@ class SpawnSpec:
         return build, self.mesh_name, coords
 
     def _construct(self, point: Point) -> Any:
-        set_current_actor(ActorIdentity(self.mesh_name, point, self.mesh, self.proc_mesh))
-        CURRENT_PREFIX.set(f"[{self.mesh_name} {point}]")
+        identity = ActorIdentity(self.mesh_name, point, self.mesh, self.proc_mesh, self.creator)
+        set_current_actor(identity)
+        CURRENT_PREFIX.set(f"[{self.mesh_name} {point.brief()}]")
         instance = self.cls(*self.args, **self.kwargs)
         hook = getattr(instance, "__restore__", None) if self.restore else None
         if hook is not None:

@@ -122,6 +122,8 @@ class ActorMesh(Shaped, Generic[T]):
         self._class: type | None = actor_class
         self._settings: ChooseSettings = settings or _DEFAULT_SETTINGS
         self._state: MeshState = state_of(ref.mesh_id, ref.name, ref.paths)
+        if self._state.ref is None:
+            self._state.ref = ref
         self._adverbs = Adverbs(self)
         self._bound: dict[str, Endpoint[Any, Any]] = {}
         self._route_cache: list[tuple[str, tuple[int, ...]]] | None = None

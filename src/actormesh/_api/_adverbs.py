@@ -252,7 +252,7 @@ class _Request:
         may settle now rather than wait for the others' answers."""
 
     def _died(self, rank: int, reason: str) -> None:
-        point = point_of(self.ref, rank)
+        point = point_of(self.ref, rank).brief()
         if self.state.stopped:
             self._error(
                 rank,
@@ -316,7 +316,7 @@ class _Request:
             timeout,
             mesh=self.ref.name,
             endpoint=self.endpoint,
-            points={rank: str(point_of(self.ref, rank)) for rank in self.ranks},
+            points={rank: point_of(self.ref, rank).brief() for rank in self.ranks},
             pending=sorted(pending),
             answers=answers,
         )
@@ -638,7 +638,7 @@ class Adverbs:
         if dead:
             # The live ranks got it; say which did not rather than drop it silently.
             ranks = tuple(sorted(dead))
-            points = ", ".join(str(point_of(self.mesh._ref, rank)) for rank in ranks)
+            points = ", ".join(point_of(self.mesh._ref, rank).brief() for rank in ranks)
             raise ActorDiedError(
                 f"broadcast to endpoint '{ep.name}' of mesh '{self.mesh.name}' reached the live "
                 f"actors but not {points}: {next(iter(dead.values()))}",

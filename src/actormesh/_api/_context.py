@@ -18,6 +18,7 @@ from .._shape import Point, Shape
 __all__ = [
     "ActorIdentity",
     "Context",
+    "Creator",
     "Instance",
     "cancelled",
     "context",
@@ -25,18 +26,37 @@ __all__ = [
     "current_actor_name",
     "current_rank",
     "current_size",
+    "qualified_name",
 ]
 
 
 @dataclass(frozen=True)
+class Creator:
+    """Who spawned an actor (``context().actor_instance.creator``): the spawning actor's
+    rank, mesh name and class, and who spawned it in turn (``None`` past the
+    controller, whose name is ``"root"``)."""
+
+    rank: Point
+    name: str
+    class_name: str | None
+    creator: Creator | None = None
+
+    def __repr__(self) -> str:
+        return qualified_name(self)
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True)
 class ActorIdentity:
-    """The running actor: its mesh name, its coordinates, a handle on its own mesh, and
-    the process mesh it was spawned on."""
+    """The running actor: its mesh name, its coordinates, a handle on its own mesh, the
+    process mesh it was spawned on, and who spawned it."""
 
     mesh_name: str
     point: Point
     mesh: Any = None
     proc_mesh: Any = None
+    creator: Creator | None = None
 
 
 _CURRENT: contextvars.ContextVar[ActorIdentity | None] = contextvars.ContextVar(
@@ -100,6 +120,17 @@ class Instance:
     actor_id: str
     proc_id: str
     spawned_on: Any = None
+    creator: Creator | None = None
+
+    def __repr__(self) -> str:
+        # Monarch's qualified name: <root>.<module.Class name{'gpus': 0/2}>
+        return qualified_name(self)
+
+    __str__ = __repr__
+
+    def as_creator(self) -> Creator:
+        """This actor as the creator of the actors it spawns."""
+        return Creator(self.rank, self.name, self.class_name, self.creator)
 
     @property
     def proc_mesh(self) -> Any:
@@ -140,9 +171,27 @@ def context() -> Context:
     mesh_id = mesh._ref.mesh_id if mesh is not None else identity.mesh_name
     actor_id = f"{mesh_id}[{identity.point.rank}]@{proc_id}"
     instance = Instance(
-        identity.point, identity.mesh_name, class_name, actor_id, proc_id, identity.proc_mesh
+        identity.point,
+        identity.mesh_name,
+        class_name,
+        actor_id,
+        proc_id,
+        identity.proc_mesh,
+        identity.creator,
     )
     return Context(instance, current_rank())
+
+
+def qualified_name(instance: Instance | Creator | None) -> str:
+    """An actor's name with its creators', as Monarch writes it:
+    ``<root>.<module.Class name{'gpus': 0/2}>``."""
+    names = []
+    while instance is not None:
+        kind = "" if instance.class_name is None else f"{instance.class_name} "
+        rank = str(instance.rank) if len(instance.rank) else ""
+        names.append(f"<{kind}{instance.name}{rank}>")
+        instance = instance.creator
+    return ".".join(reversed(names))
 
 
 def current_actor_name() -> str:

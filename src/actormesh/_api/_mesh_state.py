@@ -38,12 +38,18 @@ class Failure:
         ranks: root ranks affected.
         kind: "died", "broadcast" (an endpoint called with broadcast raised), ...
         error: the exception describing it.
+        actor: the (first) failed actor's qualified name, as Monarch writes it
+            (``<root>.<train.Trainer trainer{'gpus': 0/2}>``), when known.
+        cause: what happened to it, in Monarch's words ("the process this actor was
+            running on failed: Killed(sig=9)"), when known.
     """
 
     mesh: str
     ranks: tuple[int, ...]
     kind: str
     error: BaseException
+    actor: str = ""
+    cause: str = ""
 
     @property
     def mesh_name(self) -> str:
@@ -56,10 +62,12 @@ class Failure:
         return list(self.ranks)
 
     def report(self) -> str:
-        """What happened, in words."""
-        return (
-            f"actor mesh '{self.mesh}' ranks {list(self.ranks)} failed ({self.kind}): {self.error}"
-        )
+        """What happened, in words, as Monarch reports it: which actor failed (and with it
+        every actor it spawned), then why."""
+        who = self.actor or f"of mesh '{self.mesh}'"
+        cause = self.cause or f"{self.kind}: {self.error}"
+        ranks = f" (ranks {list(self.ranks)})" if len(self.ranks) > 1 else ""
+        return f"The actor {who}{ranks} and all its descendants have failed:\n  {cause}"
 
     def __str__(self) -> str:
         ranks = list(self.ranks)
@@ -107,6 +115,9 @@ class MeshState:
         self.choose_lock = threading.Lock()
         # What to stop with the mesh: the processes `actor_mesh()` started for it.
         self.owned: Any = None
+        # For failure reports: the mesh's reference (class, dimensions) and who spawned it.
+        self.ref: Any = None
+        self.creator: Any = None
         self._named_policies: dict[tuple[str, str], Any] = {}
 
     def note_stop(self, reason: str) -> None:

@@ -33,6 +33,7 @@ from ._actor import Actor, SpawnSpec, endpoint_table
 from ._actor_mesh import ActorMesh, MeshRef, _StopRequest
 from ._adverbs import _Gather
 from ._allocator import Allocator, LocalAllocator, ProcessSpec
+from ._context import context
 from ._future import Future, resolved
 from ._mesh_state import DEFAULT_STOP_REASON, Failure, all_states
 
@@ -147,9 +148,13 @@ class ProcMesh(Shaped):
             ),
         )
         mesh: ActorMesh[T] = ActorMesh(ref, Shape.from_dims(labels, sizes), actor_class)
+        creator = context().actor_instance.as_creator()
+        mesh._state.creator = creator
         _supervision.adopt(mesh._state)
         _observe.spawned(mesh)  # actormesh top / stacks / debug see it
-        spec = SpawnSpec(actor_class, args, kwargs, name, labels, sizes, mesh, proc_mesh=self)
+        spec = SpawnSpec(
+            actor_class, args, kwargs, name, labels, sizes, mesh, proc_mesh=self, creator=creator
+        )
         payload, buffers = dumps(spec)
         self._processes.meshes.append(ref.mesh_id)
         if self._processes.restarter is not None:
@@ -332,7 +337,15 @@ class _Spawn(_Gather):
             self.state.dead.setdefault(rank, f"its __init__ raised {error.cause_type}")
         for rank in sorted(failed):
             # One failure per rank, as Monarch reports them (and calls the hooks).
-            _supervision.report(self.state, Failure(self.ref.name, (rank,), "init", failed[rank]))
+            failure = Failure(
+                self.ref.name,
+                (rank,),
+                "init",
+                failed[rank],
+                _supervision.actor_name(self.state, rank),
+                f"its __init__ raised: {failed[rank]}",
+            )
+            _supervision.report(self.state, failure)
         self.future._set_exception(self.errors[min(self.errors)])
 
 

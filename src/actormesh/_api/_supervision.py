@@ -49,11 +49,13 @@ from typing import Any
 from .._core._envelope import error_from_payload, error_payload
 from .._exceptions import ActorDiedError, SupervisionError
 from .._hosts import ChildProcess, Runtime
-from ._context import current_actor
+from ._actor import point_of
+from ._context import current_actor, qualified_name
 from ._mesh_state import Failure, MeshState, all_states
 
 __all__ = [
     "Failure",
+    "actor_name",
     "adopt",
     "install",
     "report",
@@ -249,7 +251,8 @@ def _on_failure_frame(mesh_id: str, rank: int, endpoint: str, payload: memoryvie
         return
     # The worker dropped the actor (see _core._hosting): it is gone for good.
     state.dead.setdefault(rank, f"dropped after a failure ({kind} of '{endpoint}')")
-    report(state, Failure(state.name, (rank,), kind, error))
+    cause = f"actor explicitly aborted due to: {error}"
+    report(state, Failure(state.name, (rank,), kind, error, actor_name(state, rank), cause))
 
 
 def _on_process_exit(child: ChildProcess, reason: str) -> None:
@@ -269,4 +272,22 @@ def _on_process_exit(child: ChildProcess, reason: str) -> None:
             reason=reason,
             ranks=ranks,
         )
-        report(state, Failure(state.name, ranks, "died", error))
+        code = child.returncode
+        if code is not None and code < 0:
+            cause = f"the process this actor was running on failed: Killed(sig={-code})"
+        elif code:
+            cause = f"the process this actor was running on exited with non-zero code {code}"
+        else:
+            cause = f"the process this actor was running on failed: {reason}"
+        report(state, Failure(state.name, ranks, "died", error, actor_name(state, ranks[0]), cause))
+
+
+def actor_name(state: MeshState, rank: int) -> str:
+    """The qualified name of actor ``rank`` of ``state``'s mesh, as Monarch's reports
+    write it (``<root>.<train.Trainer trainer{'gpus': 0/2}>``); empty when unknown."""
+    ref = state.ref
+    if ref is None:
+        return ""
+    point = point_of(ref, rank)
+    own = f"<{ref.class_name} {state.name}{point if len(point) else ''}>"
+    return own if state.creator is None else f"{qualified_name(state.creator)}.{own}"

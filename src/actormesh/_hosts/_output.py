@@ -21,11 +21,19 @@ import threading
 from collections.abc import Callable
 from typing import IO, Any
 
-__all__ = ["CURRENT_PREFIX", "PipeForwarder", "PrefixStream", "install_prefix_streams"]
+__all__ = [
+    "ATTRIBUTED",
+    "CURRENT_PREFIX",
+    "PipeForwarder",
+    "PrefixStream",
+    "install_prefix_streams",
+]
 
 CURRENT_PREFIX: contextvars.ContextVar[str] = contextvars.ContextVar(
     "actormesh_output_prefix", default=""
 )
+# How a log record made in an actor starts (see _api._actor_logs).
+ATTRIBUTED = "[actor="
 
 
 class PrefixStream(io.TextIOBase):
@@ -60,13 +68,23 @@ class PrefixStream(io.TextIOBase):
             if tail:
                 self._partial[thread] = tail
             if lines:
-                self._target.write("".join(f"{prefix} {line}\n" for line in lines))
+                self._target.write("".join(f"{prefix} {_unattributed(line)}\n" for line in lines))
                 self._target.flush()
         return len(text)
 
     def flush(self) -> None:
         with self._lock:
             self._target.flush()
+
+
+def _unattributed(line: str) -> str:
+    """The line without the actor name a log record starts with (see _api._actor_logs):
+    the line prefix names the same actor, shorter."""
+    if line.startswith(ATTRIBUTED):
+        end = line.find(">] ")
+        if end != -1:
+            return line[end + 3 :]
+    return line
 
 
 def install_prefix_streams(default_prefix: str) -> None:

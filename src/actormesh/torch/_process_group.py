@@ -84,7 +84,7 @@ async def _setup(mesh: Any, backend: str | None, timeout: float) -> None:
         # Checked before anyone joins: a rank that failed to join would leave the others
         # waiting for it until the timeout.
         await run_in_actors(mesh.slice(**dict(probes.shape.point(0))), _drop_store, key)
-        where = ", ".join(str(point) for point in taken)
+        where = ", ".join(point.brief() for point in taken)
         if all(probes.item(**dict(point))["own"] for point in taken):
             raise RuntimeError(
                 f"mesh '{mesh.name}' already has its torch.distributed process group "
