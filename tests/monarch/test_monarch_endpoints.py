@@ -15,6 +15,7 @@ from actormesh.actor import (
     ProcMesh,
     as_endpoint,
     concurrent_endpoint,
+    endpoint,
 )
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
@@ -86,6 +87,24 @@ def test_concurrent_endpoint_needs_an_async_method() -> None:
             @concurrent_endpoint
             def blocking(self) -> None:
                 pass
+
+
+def test_concurrent_endpoint_refuses_to_wrap_an_endpoint() -> None:
+    with pytest.raises(ValueError, match="does not wrap @endpoint"):
+
+        class Stacked(Actor):
+            @concurrent_endpoint
+            @endpoint
+            async def ping(self) -> str:
+                return "pong"
+
+
+def test_an_endpoints_error_reads_as_monarchs(echo: Echo) -> None:
+    with pytest.raises(ValueError) as caught:
+        echo.slice(nodes=0, gpus=1).fail.call_one("no good").get(timeout=30)
+    text = str(caught.value)
+    assert text.startswith("Actor call echo.fail failed.\n"), text
+    assert "ValueError: no good" in text
 
 
 def test_as_endpoint_calls_a_plain_method(echo: Echo) -> None:

@@ -363,7 +363,8 @@ def test_rename_swaps_and_rejects_collisions() -> None:
 def test_point_is_a_hashable_mapping() -> None:
     point = Point(("dp", "tp"), (2, 2), (1, 0))
     assert (point.rank, point.size(), point.extent) == (2, 4, {"dp": 2, "tp": 2})
-    assert str(point) == "{dp=1, tp=0}"
+    assert str(point) == "{'dp': 1/2, 'tp': 0/2}"  # Monarch's form
+    assert point.brief() == "{dp=1, tp=0}"  # actormesh's messages and prefixes
     assert dict(point) == {"dp": 1, "tp": 0}
 
     def pair(dp: int, tp: int) -> tuple[int, int]:
@@ -391,7 +392,7 @@ def test_value_mesh_indexing() -> None:
     assert mesh[1] == ValueMesh(Shape(("tp",), (2,), (2, 3)), ["c", "d"])
     assert mesh[:, 1] == ValueMesh(Shape(("dp",), (2,), (1, 3)), ["b", "d"])
     assert list(mesh.slice(tp=0).values()) == ["a", "c"]
-    assert [(str(p), v) for p, v in mesh] == [
+    assert [(p.brief(), v) for p, v in mesh] == [
         ("{dp=0, tp=0}", "a"),
         ("{dp=0, tp=1}", "b"),
         ("{dp=1, tp=0}", "c"),

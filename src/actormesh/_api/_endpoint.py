@@ -275,10 +275,15 @@ def concurrent_endpoint(
     runs alongside the actor's other messages instead of one at a time.
 
     Raises:
-        ValueError: the method is a plain ``def``.
+        ValueError: the method is a plain ``def``, or already an ``@endpoint``.
     """
 
     def decorate(fn: Callable[..., Any]) -> Endpoint[Any, Any]:
+        if isinstance(fn, Endpoint):
+            raise ValueError(
+                "concurrent_endpoint does not wrap @endpoint; pass endpoint options to "
+                "@concurrent_endpoint"
+            )
         if not inspect.iscoroutinefunction(fn):
             raise ValueError("concurrent_endpoint can only wrap async endpoints")
         made: Endpoint[Any, Any] = endpoint(
