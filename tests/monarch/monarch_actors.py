@@ -21,6 +21,7 @@ from actormesh.actor import (
     Channel,
     MeshFailure,
     Port,
+    ProcMesh,
     concurrent_endpoint,
     context,
     current_actor_name,
@@ -658,3 +659,51 @@ class Introspects(Actor):
             "creator": instance.creator.name if instance.creator is not None else None,
             "logged": captured.getvalue().splitlines(),
         }
+
+
+class CountsCleanups(Actor):
+    """Counts the ``__cleanup__`` of the actors that report to it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @endpoint
+    def cleaned(self) -> None:
+        self.count += 1
+
+    @endpoint
+    def value(self) -> int:
+        return self.count
+
+
+class ReportsItsCleanup(Actor):
+    """Tells ``counter`` when its ``__cleanup__`` runs."""
+
+    def __init__(self, counter: CountsCleanups) -> None:
+        self.counter = counter
+
+    @endpoint
+    def ping(self) -> str:
+        return "pong"
+
+    def __cleanup__(self, exc: Exception | None) -> None:
+        self.counter.cleaned.call_one().get(timeout=30)
+
+
+class OwnsMeshes(Actor):
+    """Spawns actors on process meshes of its own and on one it was given, and nothing
+    else: stopping it must stop them all (it defines no ``__cleanup__``)."""
+
+    def __init__(self, lent: ProcMesh, counter: CountsCleanups) -> None:
+        self.own = this_host().spawn_procs(per_host={"gpus": 1})
+        self.on_lent = lent.spawn("on_lent", ReportsItsCleanup, counter)
+        self.on_own = self.own.spawn("on_own", ReportsItsCleanup, counter)
+
+    @endpoint
+    def own_pids(self) -> list[int]:
+        return [child.pid for child in self.own._processes.children]
+
+    @endpoint
+    def ready(self) -> str:
+        self.on_lent.ping.call().get(timeout=30)
+        return self.on_own.ping.call_one().get(timeout=30)

@@ -26,8 +26,10 @@ if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
         AsyncThreadLocal,
         CancelledBeforeCleanup,
         Cleaner,
+        CountsCleanups,
         Echo,
         KeepsAModuleGlobal,
+        OwnsMeshes,
         SiblingMaker,
         Spawner,
         SyncCleaner,
@@ -38,8 +40,10 @@ else:
         AsyncThreadLocal,
         CancelledBeforeCleanup,
         Cleaner,
+        CountsCleanups,
         Echo,
         KeepsAModuleGlobal,
+        OwnsMeshes,
         SiblingMaker,
         Spawner,
         SyncCleaner,
@@ -206,3 +210,20 @@ def test_stopped_processes_finalize_their_interpreter(tmp_path: Path) -> None:
         procs.stop().get(timeout=30)
     wait_until(lambda: process_gone(pid), 30, "the process to end")
     assert marker.read_text() == "finalized"
+
+
+@pytest.mark.timeout(90)
+def test_stopping_an_actor_stops_the_meshes_it_spawned() -> None:
+    # As Monarch's recursive stop: what an actor spawned (actors on processes it was
+    # given, processes of its own and their actors) stops with it, cleanups included.
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        counter = procs.spawn("cleanups", CountsCleanups)
+        owner = procs.spawn("owner", OwnsMeshes, procs, counter)
+        assert owner.ready.call_one().get(timeout=60) == "pong"
+        own_pids = owner.own_pids.call_one().get(timeout=30)
+        owner.stop().get(timeout=60)
+        assert counter.value.call_one().get(timeout=30) == 2
+        wait_until(lambda: all(process_gone(pid) for pid in own_pids), 30, "its processes")
+    finally:
+        procs.stop().get(timeout=30)

@@ -20,7 +20,7 @@ from .._core._mailbox import BuildOnLoop
 from .._exceptions import SYSTEM_ENDPOINT, ActorClassError, EndpointNotFoundError
 from .._hosts._output import CURRENT_PREFIX
 from .._shape import Point
-from ._context import ActorIdentity, set_current_actor
+from ._context import ActorIdentity, identity_in, set_current_actor
 from ._endpoint import AS_ENDPOINT, Endpoint, EndpointOptions
 from ._mesh_state import DEFAULT_STOP_REASON
 
@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 __all__ = ["Actor", "SpawnSpec", "endpoint_table", "missing_endpoint", "point_of"]
 
 log = logging.getLogger("actormesh.actor")
+
+# Seconds an actor's close waits for each mesh it spawned to stop.
+_CHILD_STOP_WAIT = 30.0
 
 # Attributes of an actor mesh; an endpoint with one of these names could not be reached.
 # tests/groups checks that this covers every public attribute of ActorMesh.
@@ -208,6 +211,7 @@ class _ActorHost:
         # newest first; one failing must not keep the others from running or the actor
         # from being dropped.
         self._cleanup(error, on_loop)
+        self._stop_children()
         while self.on_close:
             hook = self.on_close.pop()
             try:
@@ -215,6 +219,18 @@ class _ActorHost:
             except Exception:
                 log.exception("a close hook of an actor failed")
         self.instance = None
+
+    def _stop_children(self) -> None:
+        # What the actor spawned stops with it, newest first (its actor meshes before the
+        # process meshes they may live on); Monarch's recursive stop.
+        identity = identity_in(self.context)
+        children = identity.children if identity is not None else []
+        while children:
+            child = children.pop()
+            try:
+                child.stop().get(timeout=_CHILD_STOP_WAIT)
+            except Exception:
+                log.warning("stopping %r with its owner failed", child, exc_info=True)
 
     def _cleanup(
         self, error: BaseException | None, on_loop: Callable[[Callable[[], Any]], Any] | None

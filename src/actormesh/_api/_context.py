@@ -8,7 +8,7 @@ controller, the rank is the single point of an empty shape.
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._core import CoreRuntime
@@ -20,12 +20,14 @@ __all__ = [
     "Context",
     "Creator",
     "Instance",
+    "adopt",
     "cancelled",
     "context",
     "current_actor",
     "current_actor_name",
     "current_rank",
     "current_size",
+    "identity_in",
     "qualified_name",
 ]
 
@@ -57,6 +59,8 @@ class ActorIdentity:
     mesh: Any = None
     proc_mesh: Any = None
     creator: Creator | None = None
+    # The actor and process meshes it spawned: they stop with it (see ``adopt``).
+    children: list[Any] = field(default_factory=list, compare=False)
 
 
 _CURRENT: contextvars.ContextVar[ActorIdentity | None] = contextvars.ContextVar(
@@ -73,6 +77,19 @@ def current_actor() -> ActorIdentity | None:
 def set_current_actor(identity: ActorIdentity) -> None:
     """Install ``identity`` in the current context (the actor layer calls this)."""
     _CURRENT.set(identity)
+
+
+def identity_in(context: contextvars.Context) -> ActorIdentity | None:
+    """The actor whose identity ``context`` (an actor's own context) holds."""
+    return context.get(_CURRENT)
+
+
+def adopt(child: Any) -> None:
+    """Make the running actor, if any, own ``child`` (an actor or process mesh it just
+    spawned): stopping the actor stops it too, as Monarch stops what an actor owns."""
+    identity = _CURRENT.get()
+    if identity is not None:
+        identity.children.append(child)
 
 
 def current_rank() -> Point:

@@ -33,7 +33,7 @@ from ._actor import Actor, SpawnSpec, endpoint_table
 from ._actor_mesh import ActorMesh, MeshRef, _StopRequest
 from ._adverbs import _Gather
 from ._allocator import Allocator, LocalAllocator, ProcessSpec
-from ._context import context
+from ._context import adopt, context
 from ._future import Future, resolved
 from ._mesh_state import DEFAULT_STOP_REASON, Failure, all_states
 
@@ -148,6 +148,7 @@ class ProcMesh(Shaped):
             ),
         )
         mesh: ActorMesh[T] = ActorMesh(ref, Shape.from_dims(labels, sizes), actor_class)
+        adopt(mesh)  # an actor's meshes stop with it
         creator = context().actor_instance.as_creator()
         mesh._state.creator = creator
         _supervision.adopt(mesh._state)
@@ -449,7 +450,9 @@ def managed(
     if policy.mode == "rank":
         processes.restarter = _restart.Restarter(runtime, processes, policy)
         _restart.install(runtime, processes.restarter)
-    return ProcMesh(processes, shape)
+    mesh = ProcMesh(processes, shape)
+    adopt(mesh)  # (the spawning code's context: an actor's processes stop with it)
+    return mesh
 
 
 class _OwnProcess(ChildProcess):
