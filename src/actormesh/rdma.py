@@ -129,12 +129,20 @@ class RDMABuffer:
 
     def read_into(self, dst: Any, *, timeout: float = 60) -> Future[None]:
         """Copy the buffer's current bytes into ``dst`` (a 1-D contiguous CPU tensor of at
-        most ``size()`` bytes; its first bytes when smaller)."""
+        least ``size()`` bytes; into its first bytes when larger, as Monarch's).
+
+        Raises:
+            ValueError: ``dst`` is smaller than the buffer.
+        """
         target = _bytes_of(dst)
         return self._transfer(target, write=False, timeout=timeout)
 
     def write_from(self, src: Any, *, timeout: float = 60) -> Future[None]:
-        """Copy ``src``'s bytes (at most ``size()``) into the buffer."""
+        """Copy ``src``'s bytes (at most ``size()``) into the buffer's first bytes.
+
+        Raises:
+            ValueError: ``src`` is larger than the buffer.
+        """
         source = _bytes_of(src)
         return self._transfer(source, write=True, timeout=timeout)
 
@@ -148,9 +156,9 @@ class RDMABuffer:
 
     def _transfer(self, local: Any, *, write: bool, timeout: float) -> Future[None]:
         region = self._region
-        size = local.numel()
-        if size > region.size:
-            raise ValueError(f"{size} bytes do not fit a buffer of {region.size}")
+        _check_fits(local, region.size, write)
+        size = local.numel() if write else region.size
+        local = local[:size]
         if region.here():
             Registry.get(region.id)  # raises when dropped
             dst, src = (
@@ -182,6 +190,14 @@ class RDMABuffer:
         return f"<RDMABuffer {self._region.size} bytes of {self.owner}>"
 
 
+def _check_fits(local: Any, remote: int, write: bool) -> None:
+    size = local.numel()
+    if write and size > remote:
+        raise ValueError(f"{size} bytes do not fit a buffer of {remote}")
+    if not write and size < remote:
+        raise ValueError(f"a buffer of {remote} bytes does not fit {size} bytes")
+
+
 class RDMAAction:
     """A batch of transfers, run in order by ``submit()``."""
 
@@ -189,12 +205,22 @@ class RDMAAction:
         self._steps: list[tuple[str, Any, Any]] = []
 
     def read_remote(self, dst: Any, src: RDMABuffer) -> RDMAAction:
-        """Read ``src`` into the local tensor ``dst``."""
+        """Read ``src`` into the local tensor ``dst``.
+
+        Raises:
+            ValueError: ``dst`` is smaller than ``src`` (checked here, as Monarch's).
+        """
+        _check_fits(_bytes_of(dst), src.size(), write=False)
         self._steps.append(("read", dst, src))
         return self
 
     def write_remote(self, dst: RDMABuffer, src: Any) -> RDMAAction:
-        """Write the local tensor ``src`` into ``dst``."""
+        """Write the local tensor ``src`` into ``dst``.
+
+        Raises:
+            ValueError: ``src`` is larger than ``dst`` (checked here, as Monarch's).
+        """
+        _check_fits(_bytes_of(src), dst.size(), write=True)
         self._steps.append(("write", dst, src))
         return self
 

@@ -89,17 +89,29 @@ def test_write_from_changes_the_owners_tensor(owner: Any, reader: Any) -> None:
     assert torch.equal(owner.weights_now.call_one().get(timeout=30), torch.tensor(values))
 
 
-def test_a_smaller_destination_gets_the_first_bytes(owner: Any) -> None:
+def test_a_larger_destination_gets_the_buffer_in_its_first_bytes(owner: Any) -> None:
+    # As Monarch's read_into: the whole buffer lands in the destination's first bytes,
+    # the rest is left as it was.
     buffer = owner.handle.call_one().get(timeout=30)
-    head = _floats(8)
-    buffer.read_into(head.view(torch.uint8).flatten()).get(timeout=30)
-    assert torch.equal(head, owner.weights_now.call_one().get(timeout=30)[:8])
+    larger = torch.full((NUMEL + 4,), -1.0)
+    buffer.read_into(larger.view(torch.uint8).flatten()).get(timeout=30)
+    assert torch.equal(larger[:NUMEL], owner.weights_now.call_one().get(timeout=30))
+    assert torch.equal(larger[NUMEL:], torch.full((4,), -1.0))
 
 
-def test_a_larger_destination_is_refused_at_the_call_site(owner: Any) -> None:
+def test_a_smaller_destination_or_larger_source_is_refused_at_the_call_site(
+    owner: Any,
+) -> None:
     buffer = owner.handle.call_one().get(timeout=30)
+    with pytest.raises(ValueError, match="a buffer of 262144 bytes does not fit 32 bytes"):
+        buffer.read_into(_floats(8).view(torch.uint8).flatten())
     with pytest.raises(ValueError, match="do not fit a buffer of 262144"):
-        buffer.read_into(_floats(NUMEL + 1).view(torch.uint8).flatten())
+        buffer.write_from(_floats(NUMEL + 1).view(torch.uint8).flatten())
+    # RDMAAction checks when a step is added, before anything is sent.
+    with pytest.raises(ValueError, match="do not fit a buffer of 262144"):
+        RDMAAction().write_remote(buffer, _floats(NUMEL + 1).view(torch.uint8).flatten())
+    with pytest.raises(ValueError, match="does not fit 32 bytes"):
+        RDMAAction().read_remote(_floats(8).view(torch.uint8).flatten(), buffer)
 
 
 @pytest.mark.parametrize(
