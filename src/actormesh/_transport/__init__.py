@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from ._address import (
+    Endpoint,
+    WorkerAddress,
+    bind_socket,
     connect_address,
     dual_address,
     host_id,
     is_tcp,
+    parse_worker_address,
     route,
     tcp_part,
     unix_part,
@@ -31,6 +35,7 @@ from ._unix import Listener, connect_unix, is_abstract, private_socket_dir
 __all__ = [
     "AuthenticationError",
     "Connection",
+    "Endpoint",
     "Gatekeeper",
     "Limits",
     "Listener",
@@ -38,6 +43,8 @@ __all__ = [
     "Steps",
     "TcpListener",
     "TransportClosed",
+    "WorkerAddress",
+    "bind_socket",
     "connect_address",
     "connect_tcp",
     "connect_unix",
@@ -50,6 +57,7 @@ __all__ = [
     "listening_socket",
     "new_secret",
     "parse_tcp",
+    "parse_worker_address",
     "private_socket_dir",
     "route",
     "route_source",

@@ -15,8 +15,9 @@ import contextlib
 import socket
 from collections.abc import Callable
 
-from ._auth import AuthenticationError, accept_steps, connect_handshake
+from ._auth import AuthenticationError, accept_steps, connect_handshake, open_connect_steps
 from ._gatekeeper import Gatekeeper, Limits
+from ._steps import run_blocking
 
 __all__ = [
     "HANDSHAKE_TIMEOUT",
@@ -91,9 +92,17 @@ def listening_socket(host: str, port: int = 0) -> socket.socket:
 
 
 def connect_tcp(
-    host: str, port: int, *, secret: str, timeout: float = HANDSHAKE_TIMEOUT
+    host: str,
+    port: int,
+    *,
+    secret: str,
+    timeout: float = HANDSHAKE_TIMEOUT,
+    trust_all: bool = False,
 ) -> socket.socket:
     """A connected, authenticated (blocking) socket to the listener at ``host:port``.
+
+    ``trust_all``: the listener is a worker loop that trusts all connections; it is
+    handed ``secret`` instead of asked to prove it (``_auth.open_connect_steps``).
 
     Raises:
         AuthenticationError: the peer is not part of this job, or refused our secret.
@@ -104,7 +113,10 @@ def connect_tcp(
     sock = socket.create_connection((host, port), timeout=timeout)
     try:
         _tune(sock)
-        connect_handshake(sock, secret)
+        if trust_all:
+            run_blocking(sock, open_connect_steps(secret))
+        else:
+            connect_handshake(sock, secret)
         sock.settimeout(None)
     except BaseException:
         sock.close()

@@ -26,7 +26,7 @@ import struct
 import tempfile
 from collections.abc import Callable
 
-__all__ = ["Listener", "connect_unix", "is_abstract", "private_socket_dir"]
+__all__ = ["Listener", "connect_unix", "is_abstract", "peer_is_trusted", "private_socket_dir"]
 
 _SOCKET_BUFFER = 4 * 1024 * 1024
 _PEERCRED = struct.Struct("3i")
@@ -79,6 +79,9 @@ def _peer_is_trusted(sock: socket.socket) -> bool:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
     _, uid, _ = _PEERCRED.unpack(creds)
     return uid in (os.getuid(), 0)
+
+
+peer_is_trusted = _peer_is_trusted
 
 
 def connect_unix(path: str) -> socket.socket:
