@@ -126,9 +126,12 @@ MAPPED_MODULES: dict[str, str] = {
 
 # Names imported from an internal module that *are* the public object of the same name in
 # Monarch 0.7.0 (``monarch._src.actor.host_mesh.this_host is monarch.actor.this_host``,
-# checked with torchmonarch 0.7.0): they map to actormesh's public name.
+# checked with torchmonarch 0.7.0): they map to actormesh's public name. BootstrapCommand
+# is not in monarch.actor, but it is the class of what its default_bootstrap_cmd() returns,
+# and actormesh.actor has it.
 ALIASES: dict[tuple[str, str], str] = {
     ("monarch._rust_bindings.monarch_hyperactor.channel", "ChannelTransport"): "ChannelTransport",
+    ("monarch._rust_bindings.monarch_hyperactor.host_mesh", "BootstrapCommand"): "BootstrapCommand",
     ("monarch._rust_bindings.monarch_hyperactor.proc", "ProcId"): "ProcId",
     ("monarch._rust_bindings.monarch_hyperactor.proc", "Uid"): "Uid",
     ("monarch._rust_bindings.monarch_hyperactor.supervision", "MeshFailure"): "MeshFailure",

@@ -22,6 +22,7 @@ start_early()
 
 from ._api._actor import Actor as Actor
 from ._api._actor_mesh import ActorMesh as ActorMesh
+from ._api._bootstrap_command import BootstrapCommand as BootstrapCommand
 from ._api._context import Context as Context
 from ._api._context import context as context
 from ._api._context import current_actor_name as current_actor_name
@@ -72,6 +73,7 @@ __all__ = [
     "Actor",
     "ActorError",
     "ActorMesh",
+    "BootstrapCommand",
     "Channel",
     "ChannelTransport",
     "Context",

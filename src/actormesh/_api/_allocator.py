@@ -15,6 +15,7 @@ from typing import Protocol, runtime_checkable
 
 from .._hosts import ChildProcess, Runtime
 from .._hosts._agent_link import AgentLink
+from .._hosts._process import LaunchCommand
 from .._shape import Point
 
 __all__ = ["Allocator", "LocalAllocator", "ProcessSpec"]
@@ -30,12 +31,16 @@ class ProcessSpec:
         point: its coordinates in the process mesh.
         env: environment variables it must see (``ACTORMESH_RANK`` and friends, and the
             ones given to ``proc_mesh(env=...)``).
+        command: how to start it, if not as usual (``spawn_procs(bootstrap_command=...)``:
+            a program, its arguments, its environment). Allocators that start no
+            processes of their own (they wait for processes that join) ignore it.
     """
 
     key: str
     rank: int
     point: Point
     env: Mapping[str, str] = field(default_factory=dict)
+    command: LaunchCommand | None = None
 
 
 @runtime_checkable
@@ -67,7 +72,9 @@ class LocalAllocator:
 
     async def start(self, runtime: Runtime, specs: Sequence[ProcessSpec]) -> list[ChildProcess]:
         """Launch ``python -m actormesh._bootstrap`` per spec and wait until all joined."""
-        return await runtime.start_processes([(s.key, s.rank, dict(s.env)) for s in specs])
+        return await runtime.start_processes(
+            [(s.key, s.rank, dict(s.env)) for s in specs], [s.command for s in specs]
+        )
 
     async def stop(self, runtime: Runtime, processes: Sequence[ChildProcess], grace: float) -> None:
         """SHUTDOWN, then SIGTERM after ``grace`` seconds, then SIGKILL."""

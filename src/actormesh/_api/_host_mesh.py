@@ -15,6 +15,7 @@ watches and restarts its local workers, and they talk to it over Unix sockets.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -25,6 +26,12 @@ from .._hosts._setup import ProcessSetup, prepare
 from .._shape import Point, Shape, Shaped
 from . import _restart, _supervision
 from ._allocator import Allocator, LocalAllocator, ProcessSpec
+from ._bootstrap_command import (
+    HOST_BOOTSTRAP_VARIABLE,
+    BootstrapCommand,
+    default_bootstrap_cmd,
+    host_bootstrap,
+)
 from ._future import Future
 from ._proc_mesh import ProcMesh, _from_concurrent, managed, process_specs
 
@@ -47,14 +54,41 @@ class _Hosts:
 
 
 class HostMesh(Shaped):
-    """Hosts with named dimensions; ``this_host()`` or ``host_mesh(...)`` give one."""
+    """Hosts with named dimensions; ``this_host()`` or ``host_mesh(...)`` give one.
 
-    def __init__(self, hosts: _Hosts, shape: Shape) -> None:
+    A host mesh may carry a ``BootstrapCommand`` (``with_python_executable``): the
+    processes spawned on it start that way, and so do those they spawn on
+    ``this_host()`` in turn.
+    """
+
+    def __init__(
+        self, hosts: _Hosts, shape: Shape, bootstrap_command: BootstrapCommand | None = None
+    ) -> None:
         self._hosts = hosts
         self._shape = shape
+        self._bootstrap_command = bootstrap_command
 
     def _with_shape(self, shape: Shape) -> HostMesh:
-        return HostMesh(self._hosts, shape)
+        return HostMesh(self._hosts, shape, self._bootstrap_command)
+
+    @property
+    def is_fake_in_process(self) -> bool:
+        """False: the processes spawned on a host mesh are real processes (Monarch's
+        in-process fake hosts have no counterpart in actormesh)."""
+        return False
+
+    def with_python_executable(self, python_executable: str) -> HostMesh:
+        """This host mesh, spawning its processes with ``python_executable`` (a Python,
+        or a wrapper script that ends by running one with its arguments).
+
+        Processes spawned on the new mesh start as ``python_executable -m
+        actormesh._bootstrap``; so do the processes they spawn on ``this_host()``. This
+        mesh is not changed.
+        """
+        if not isinstance(python_executable, str) or not python_executable:
+            raise TypeError(f"python_executable must be a path, not {python_executable!r}")
+        command = BootstrapCommand(python_executable, None, default_bootstrap_cmd().args, {})
+        return HostMesh(self._hosts, self._shape, command)
 
     @property
     def initialized(self) -> Future[bool]:
@@ -74,6 +108,7 @@ class HostMesh(Shaped):
         restart: _restart.RestartMode = "never",
         max_restarts: int = 3,
         restart_window: float = 60.0,
+        bootstrap_command: BootstrapCommand | Callable[[Point], BootstrapCommand] | None = None,
     ) -> ProcMesh:
         """Start ``per_host`` processes on every host of this mesh; their process mesh.
 
@@ -92,8 +127,14 @@ class HostMesh(Shaped):
             restart: ``"rank"`` replaces a process that dies (see ``proc_mesh``).
             max_restarts: restarts allowed per rank within ``restart_window`` seconds.
             restart_window: the sliding window of ``max_restarts``, in seconds.
+            bootstrap_command: how to start the processes: a ``BootstrapCommand``
+                (``default_bootstrap_cmd().with_env({...})``, say), or a function giving
+                each its own from its ``Point`` in the new mesh; for this spawn only.
+                ``None``: the host mesh's (``with_python_executable``), else as usual.
 
         Raises:
+            TypeError: ``bootstrap_command`` is not a ``BootstrapCommand`` (nor a
+                function returning one).
             ValueError: a ``per_host`` dimension is already a dimension of the host mesh.
             RuntimeError: called on the event loop that would start the processes (inside
                 an ``async`` endpoint): ``await proc_mesh(...)`` there instead.
@@ -123,7 +164,7 @@ class HostMesh(Shaped):
             )
         _supervision.install(runtime)
         label = name or "procs"
-        specs = process_specs(shape, label, env)
+        specs = self._with_commands(process_specs(shape, label, env), bootstrap_command)
         links = [self._hosts.links[rank] for rank in self._shape.ranks]
         start = _launch(runtime, links, specs, math.prod(per_host.values()), bootstrap)
 
@@ -137,6 +178,37 @@ class HostMesh(Shaped):
         procs = runtime.submit(build()).result(wait)
         self._hosts.procs.append(procs)
         return procs
+
+    def _with_commands(
+        self,
+        specs: list[ProcessSpec],
+        given: BootstrapCommand | Callable[[Point], BootstrapCommand] | None,
+    ) -> list[ProcessSpec]:
+        """``specs`` with how each process starts, and the command ``this_host()`` has
+        there (this mesh's, or none: never one a process inherited from its spawner)."""
+        mine = self._bootstrap_command
+        host = {HOST_BOOTSTRAP_VARIABLE: mine._to_json() if mine is not None else ""}
+        chosen = mine if given is None else given
+        uniform = None
+        if isinstance(chosen, BootstrapCommand):
+            uniform = chosen._launch()
+        elif chosen is not None and not callable(chosen):
+            raise TypeError(
+                "bootstrap_command must be a BootstrapCommand or a function of a Point "
+                f"returning one, not {chosen!r}"
+            )
+        result = []
+        for spec in specs:
+            command = uniform
+            if chosen is not None and uniform is None:
+                made = chosen(spec.point)  # type: ignore[operator]
+                if not isinstance(made, BootstrapCommand):
+                    raise TypeError(
+                        f"bootstrap_command({spec.point}) returned {made!r}, not a command"
+                    )
+                command = made._launch()
+            result.append(dataclasses.replace(spec, env={**spec.env, **host}, command=command))
+        return result
 
     def shutdown(self) -> Future[None]:
         """End the host agents of this mesh, and with them every process they started.
@@ -220,8 +292,10 @@ async def _start_on(
     runtime: Runtime, link: AgentLink | None, specs: Sequence[ProcessSpec]
 ) -> list[ChildProcess]:
     if link is None:
-        return await runtime.start_processes([(s.key, s.rank, dict(s.env)) for s in specs])
-    workers = [WorkerSpec(s.key, s.rank, dict(s.env)) for s in specs]
+        return await runtime.start_processes(
+            [(s.key, s.rank, dict(s.env)) for s in specs], [s.command for s in specs]
+        )
+    workers = [WorkerSpec(s.key, s.rank, dict(s.env), s.command) for s in specs]
     return list(await runtime.start_relayed(link, workers))
 
 
@@ -229,8 +303,12 @@ _THIS_HOST = _Hosts([None], LocalAllocator())
 
 
 def this_host() -> HostMesh:
-    """The host this code runs on, as a host mesh without dimensions."""
-    return HostMesh(_THIS_HOST, Shape((), (), (0,)))
+    """The host this code runs on, as a host mesh without dimensions.
+
+    In a process spawned on a host mesh with a bootstrap command
+    (``with_python_executable``), it carries that command.
+    """
+    return HostMesh(_THIS_HOST, Shape((), (), (0,)), host_bootstrap())
 
 
 def this_proc() -> ProcMesh:

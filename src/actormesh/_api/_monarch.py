@@ -22,6 +22,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from .._hosts import Runtime
+from ._bootstrap_command import BootstrapCommand, default_bootstrap_cmd
 from ._future import Future
 from ._host_mesh import this_proc
 from ._proc_mesh import _from_concurrent
@@ -241,28 +242,6 @@ class ProcId:
 
     def __str__(self) -> str:
         return str(self.uid)
-
-
-@dataclasses.dataclass(frozen=True)
-class BootstrapCommand:
-    """How a new process starts: ``program``, ``arg0``, ``args`` and ``env``.
-
-    actormesh starts its processes itself (``python -m actormesh._bootstrap``); this is
-    the command ``default_bootstrap_cmd()`` would run, for programs that inspect it.
-    """
-
-    program: str
-    arg0: str | None
-    args: list[str]
-    env: dict[str, str]
-
-    def with_env(self, env: dict[str, str]) -> BootstrapCommand:
-        return dataclasses.replace(self, env={**self.env, **env})
-
-
-def default_bootstrap_cmd() -> BootstrapCommand:
-    """The command actormesh starts its worker processes with."""
-    return BootstrapCommand(sys.executable, None, ["-m", "actormesh._bootstrap"], {})
 
 
 # -- debugging and telemetry ----------------------------------------------------------------

@@ -147,7 +147,9 @@ class Agent:
 
     async def _spawn(self, specs: Sequence[WorkerSpec]) -> list[tuple[str, int]]:
         """Start the workers and wait until each joined; ``(address, pid)`` of each."""
-        children = await self.runtime.start_processes([(s.key, s.rank, s.env) for s in specs])
+        children = await self.runtime.start_processes(
+            [(s.key, s.rank, s.env) for s in specs], [s.command for s in specs]
+        )
         for child in children:
             self._workers[child.listen_path] = child
         return [(child.listen_path, child.pid) for child in children]

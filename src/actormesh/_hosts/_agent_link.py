@@ -22,7 +22,7 @@ from .._core import dumps, loads
 from .._exceptions import ActorDiedError
 from .._transport import Connection, SegmentShare, TransportClosed
 from .._transport._frames import Buffer
-from ._process import ChildProcess
+from ._process import ChildProcess, LaunchCommand
 from ._remote import RemoteProcess, Status
 
 __all__ = ["AgentLink", "RelayConnection", "RelayedProcess", "WorkerSpec"]
@@ -38,11 +38,14 @@ class WorkerSpec:
         key: its unique name in the job.
         rank: its rank in its process mesh.
         env: the environment it needs beyond the agent's own.
+        command: how the agent starts it, if not as usual (the environment it inherits
+            is then the agent's, changed as the command says).
     """
 
     key: str
     rank: int
     env: dict[str, str] = field(default_factory=dict)
+    command: LaunchCommand | None = None
 
 
 class RelayConnection(Connection):

@@ -21,12 +21,67 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import IO
 
 from ._forkserver import ForkedPopen, ForkServer, ForkServerError
 
-__all__ = ["ChildProcess", "describe_exit", "kill_process_group", "launch"]
+__all__ = ["ChildProcess", "LaunchCommand", "describe_exit", "kill_process_group", "launch"]
+
+# How a worker starts when nobody says otherwise.
+WORKER_ARGS = ("-m", "actormesh._bootstrap")
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    """How to start a worker other than the usual way (Monarch's ``BootstrapCommand``).
+
+    The process runs ``program`` with ``argv`` (``argv[0]`` included) in an environment
+    made of the launching process' own (unless ``inherit_env`` is False), then ``env``
+    (a ``None`` value removes the variable), then the worker's own variables
+    (``ACTORMESH_*``, which no command can remove: the worker needs them).
+
+    Attributes:
+        program: the executable (a path, or a name looked up on ``PATH``).
+        argv: its arguments, ``argv[0]`` first.
+        env: ``(name, value)`` pairs applied in order to the inherited environment.
+        inherit_env: start from the launching process' environment (else from nothing).
+    """
+
+    program: str
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str | None], ...] = ()
+    inherit_env: bool = True
+
+    @classmethod
+    def of(
+        cls,
+        program: str,
+        arg0: str | None,
+        args: Sequence[str],
+        env: Mapping[str, str | None],
+        inherit_env: bool = True,
+    ) -> LaunchCommand:
+        """The command that runs ``program`` as ``arg0`` (default: ``program``)."""
+        return cls(program, (arg0 or program, *args), tuple(env.items()), inherit_env)
+
+    def environment(self, inherited: Mapping[str, str]) -> dict[str, str]:
+        """The environment the process starts with, before the worker's own variables."""
+        result = dict(inherited) if self.inherit_env else {}
+        for name, value in self.env:
+            if value is None:
+                result.pop(name, None)
+            else:
+                result[name] = value
+        return result
+
+    def starts_a_worker(self) -> bool:
+        """True when this is how this process starts a worker anyway (this interpreter,
+        ``-m actormesh._bootstrap``): then it may be forked from the fork server, whose
+        workers are the same processes (when the environment allows, see ``_forkserver``).
+        """
+        return self.program == sys.executable and self.argv == (sys.executable, *WORKER_ARGS)
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -76,6 +131,7 @@ class ChildProcess:
         self.restart_note: str | None = None
         self.restarts = 0  # how many processes held this rank before this one
         self.env: dict[str, str] = {}  # what it was started with beyond our environment
+        self.command: LaunchCommand | None = None  # how it was started, if not as usual
         # Its TCP listening socket, made here and inherited (see Runtime.start_processes):
         # kept while the rank may be restarted, so a successor takes the same port.
         self.tcp_socket: socket.socket | None = None
@@ -148,19 +204,24 @@ def launch(
     output: str,
     tcp_socket: socket.socket | None = None,
     forks: ForkServer | None = None,
+    command: LaunchCommand | None = None,
 ) -> ChildProcess:
     """Start one worker; its stdout/stderr are pipes when ``output`` is "prefix".
 
     ``tcp_socket``: a listening socket the worker inherits (its number in
     ``ACTORMESH_TCP_FD``) and accepts TCP peers on. ``forks``: fork it from this fork
     server (see ``_forkserver``) when it can, else start a fresh interpreter.
+    ``command``: start it this way (a program, its arguments, its environment) instead
+    of ``python -m actormesh._bootstrap`` in ours; ``env`` is added to it all the same.
     """
-    if forks is not None:
+    base = os.environ if command is None else command.environment(os.environ)
+    if forks is not None and (command is None or command.starts_a_worker()):
         try:
-            child = _fork(forks, key, rank, listen_path, env, output, tcp_socket)
+            child = _fork(forks, key, rank, listen_path, base, env, output, tcp_socket)
         except ForkServerError:
-            pass  # said once by the server (it is not used again): start it afresh
+            pass  # the server said why (if it is broken); start it afresh
         else:
+            child.command = command
             return child
     if tcp_socket is not None:
         env = {**env, "ACTORMESH_TCP_FD": str(tcp_socket.fileno())}
@@ -170,9 +231,15 @@ def launch(
         stdout = subprocess.DEVNULL
     else:
         stdout = None
+    argv: tuple[str, ...]
+    if command is None:
+        program, argv = sys.executable, (sys.executable, *WORKER_ARGS)
+    else:
+        program, argv = command.program, command.argv
     popen = subprocess.Popen(
-        [sys.executable, "-m", "actormesh._bootstrap"],
-        env={**os.environ, **env},
+        argv,
+        executable=program,
+        env={**base, **env},
         stdin=subprocess.DEVNULL,
         stdout=stdout,
         stderr=stdout,
@@ -182,6 +249,7 @@ def launch(
     )
     child = ChildProcess(key, rank, listen_path, popen)
     child.env = dict(env)
+    child.command = command
     child.tcp_socket = tcp_socket
     return child
 
@@ -191,6 +259,7 @@ def _fork(
     key: str,
     rank: int,
     listen_path: str,
+    base: Mapping[str, str],
     env: Mapping[str, str],
     output: str,
     tcp_socket: socket.socket | None,
@@ -214,7 +283,7 @@ def _fork(
             opened.append(stdout)
         else:
             stdout, stderr = 1, 2  # the owner's own, as subprocess lets a child inherit them
-        full_env = {**os.environ, **env}
+        full_env = {**base, **env}
         tcp = tcp_socket.fileno() if tcp_socket is not None else None
         pid = forks.spawn(full_env, os.getcwd(), stdin, stdout, stderr, tcp)
     except BaseException:

@@ -47,7 +47,7 @@ from ._forkserver import available as forks_available
 from ._heartbeat import HeartbeatMonitor
 from ._joining import JoinWait
 from ._output import PipeForwarder
-from ._process import ChildProcess, describe_exit, launch, launch_agent
+from ._process import ChildProcess, LaunchCommand, describe_exit, launch, launch_agent
 from ._progress import Progress
 from ._reaper import kill_tagged
 from ._remote import Joined, Joins, RemoteProcess
@@ -137,9 +137,13 @@ class Runtime(CoreRuntime):
     # -- worker processes -----------------------------------------------------------------
 
     async def start_processes(
-        self, specs: Sequence[tuple[str, int, dict[str, str]]]
+        self,
+        specs: Sequence[tuple[str, int, dict[str, str]]],
+        commands: Sequence[LaunchCommand | None] | None = None,
     ) -> list[ChildProcess]:
         """Start one worker per ``(key, rank, env)`` and wait until each has joined.
+
+        ``commands``: how to start each (``None``: as usual; see ``LaunchCommand``).
 
         Once this process advertises an interface to other hosts (``advertise``), each
         worker listens there too, on a socket made here and inherited: its dual address
@@ -153,8 +157,9 @@ class Runtime(CoreRuntime):
         )
         try:
             forks = await self._fork_server()
-            for key, rank, extra_env in specs:
-                children.append(self._launch(key, rank, extra_env, forks=forks))
+            for index, (key, rank, extra_env) in enumerate(specs):
+                command = None if commands is None else commands[index]
+                children.append(self._launch(key, rank, extra_env, forks=forks, command=command))
             waits = [self._hello[c.listen_path] for c in children]
             for waiter in waits:
                 waiter.add_done_callback(lambda _: progress.update(sum(w.done() for w in waits)))
@@ -207,6 +212,7 @@ class Runtime(CoreRuntime):
         extra_env: dict[str, str],
         tcp: socket.socket | None = None,
         forks: ForkServer | None = None,
+        command: LaunchCommand | None = None,
     ) -> ChildProcess:
         """Start one worker (loop thread); it joins by its HELLO."""
         output = self.config.output
@@ -243,6 +249,7 @@ class Runtime(CoreRuntime):
             output=output,
             tcp_socket=tcp,
             forks=forks,
+            command=command,
         )
         self._children[path] = child
         if output == "prefix":
@@ -564,7 +571,14 @@ class Runtime(CoreRuntime):
                 os.unlink(unix)  # the dead process could not remove its socket
         env = {**child.env, "ACTORMESH_RESTARTS": str(child.restarts + 1)}
         # The same TCP socket too: the new process answers at the old address.
-        new = self._launch(child.key, child.rank, env, child.tcp_socket, await self._fork_server())
+        new = self._launch(
+            child.key,
+            child.rank,
+            env,
+            child.tcp_socket,
+            await self._fork_server(),
+            child.command,
+        )
         try:
             waiter = self._hello[new.listen_path]
             await asyncio.wait_for(waiter, self.config.spawn_timeout)
