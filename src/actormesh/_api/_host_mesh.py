@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -24,6 +25,7 @@ from .._hosts import ChildProcess, Runtime
 from .._hosts._agent_link import AgentLink, WorkerSpec
 from .._hosts._setup import ProcessSetup, prepare
 from .._shape import Point, Shape, Shaped
+from .._transport import parse_worker_address
 from . import _restart, _supervision
 from ._allocator import Allocator, LocalAllocator, ProcessSpec
 from ._bootstrap_command import (
@@ -338,28 +340,50 @@ def attach_to_workers(
 ) -> HostMesh:
     """Monarch's ``attach_to_workers``: a host mesh of agents that wait at ``workers``.
 
-    Each address (``tcp://host:port``) is a process running
-    ``run_worker_loop_forever(address=...)``; this process dials each one, both prove the
-    job's secret (``ACTORMESH_SECRET``, on both sides: ``ca`` and ``private_key`` are
-    accepted for Monarch's programs and not used), and the agents become this mesh's
-    hosts, dimension ``hosts``. ``shutdown()`` ends them.
+    Each address is a process running ``run_worker_loop_forever(address=...)``, in any
+    of its forms (``tcp://HOST:PORT``, ``ipc://PATH``, ``DIAL@BIND``: dialled at
+    ``DIAL``, a proc id in front); a future gives its address when it resolves. This
+    process dials each one (a worker still starting is waited for, up to
+    ``Config.spawn_timeout``), and the agents become this mesh's hosts, dimension
+    ``hosts``. ``shutdown()`` ends them.
+
+    Both sides prove the job's secret (``ACTORMESH_SECRET``, set on both). With
+    ``ca="trust_all_connections"`` and no secret given to this controller, the workers
+    are attached unauthenticated (they were started with the same ``ca``) and are handed
+    the job's secret, sealed against eavesdroppers. ``private_key`` and other ``ca``
+    values (Monarch's TLS files) are not used.
 
     Raises:
-        AuthenticationError: an agent does not know this job's secret.
-        ActorDiedError: an agent cannot be reached.
+        ValueError: an address is not a worker address, or names nothing to dial.
+        AuthenticationError: a worker and this controller disagree on the secret.
+        TimeoutError: nothing listened at an address in time.
     """
-    del ca, private_key, name
+    del private_key, name
+    from .._hosts._agent import dial_agent
+
     runtime = Runtime.get()
     _supervision.install(runtime)
     addresses = [w.get() if isinstance(w, Future) else w for w in workers]
-    addresses = [a if a.startswith("tcp://") else f"tcp://{a}" for a in addresses]
+    dials = [parse_worker_address(a).dial.address for a in addresses]
+    trust_all = ca == "trust_all_connections" and runtime.config.secret is None
+    timeout = runtime.config.spawn_timeout
 
     async def attach() -> HostMesh:
-        links = await asyncio.gather(*(runtime.attach_agent(a) for a in addresses))
+        links = await asyncio.gather(
+            *(
+                runtime.attach_agent(
+                    dial,
+                    functools.partial(
+                        dial_agent, address, runtime.secret, trust_all=trust_all, timeout=timeout
+                    ),
+                )
+                for address, dial in zip(addresses, dials, strict=True)
+            )
+        )
         shape = Shape.from_dims(("hosts",), (len(links),))
         return HostMesh(_Hosts(list(links), _Attached()), shape)
 
-    result: HostMesh = runtime.submit(attach()).result(runtime.config.spawn_timeout + 30)
+    result: HostMesh = runtime.submit(attach()).result(timeout * 2 + 30)
     return result
 
 

@@ -7,7 +7,6 @@ docs/from-monarch.md for every name.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import enum
@@ -19,9 +18,12 @@ import threading
 import types
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from .._hosts import Runtime
+from .._hosts._process import describe_exit
+from .._transport import parse_worker_address
 from ._bootstrap_command import BootstrapCommand, default_bootstrap_cmd
 from ._future import Future
 from ._host_mesh import this_proc
@@ -124,20 +126,35 @@ def enable_transport(transport: ChannelTransport | str) -> None:
         raise TypeError(f"a transport is a ChannelTransport or a string, not {transport!r}")
 
 
+TRUST_ALL_CONNECTIONS = "trust_all_connections"
+
+
 def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = None) -> NoReturn:
     """Serve as this host's agent for an owner that attaches at ``address``
-    (``attach_to_workers``); exits when that owner lets it go or goes away.
+    (``attach_to_workers``); this process exits when that owner lets it go (shuts its
+    host mesh down) or goes away.
 
-    The job's secret comes from ``ACTORMESH_SECRET`` (``ca``, ``private_key``: Monarch's
-    TLS settings, not used).
+    ``address``: ``tcp://HOST:PORT``, ``tcp://HOST:fdN`` (a TCP socket this process
+    inherited, bound already), ``ipc://PATH`` (a Unix socket), ``DIAL@BIND`` (listen at
+    ``BIND``, say ``tcp://0.0.0.0:PORT``), each maybe after a proc id
+    (``service<uid>@...``), as in Monarch.
+
+    With the job's secret in ``ACTORMESH_SECRET``, the owner must prove it. Without,
+    ``ca="trust_all_connections"`` (Monarch's setting) serves the first owner that
+    connects, unauthenticated: anyone who reaches ``address`` first can run code here
+    (docs/from-monarch.md). ``private_key`` and other ``ca`` values (Monarch's TLS files)
+    are not used.
 
     Raises:
-        RuntimeError: ``ACTORMESH_SECRET`` is not set.
+        RuntimeError: no ``ACTORMESH_SECRET``, and ``ca`` is not "trust_all_connections".
+        ValueError: ``address`` is not a worker address.
+        OSError: it cannot be listened at (``listen: ...``).
     """
-    del ca, private_key
+    del private_key
     from .._hosts._agent import serve_agent_listening
 
-    serve_agent_listening(_tcp(address), _secret())
+    parse_worker_address(address)
+    serve_agent_listening(address, _secret(ca))
 
 
 def run_worker_loop_until_shutdown(
@@ -147,48 +164,78 @@ def run_worker_loop_until_shutdown(
 
     The agent runs in a child process (an agent's process ends with its owner, taking
     its workers with it); this waits for it, and the child dies with this process.
+
+    Raises:
+        RuntimeError: as ``run_worker_loop_forever``; or the worker loop failed (it could
+            not listen at ``address``, say: its error is on stderr).
     """
-    del ca, private_key
-    _agent_process(address).wait()
+    del private_key
+    process = _agent_process(address, ca)
+    code = process.wait()
+    if code != 0:
+        raise RuntimeError(f"the worker loop at {address} failed: {describe_exit(code)}")
 
 
 def start_worker_loop_forever(
     *, address: str, ca: Any = None, private_key: Any = None
 ) -> Future[None]:
-    """``run_worker_loop_forever`` in a process of its own; the future resolves when it
-    ends (its owner let it go)."""
-    del ca, private_key
-    process = _agent_process(address)
+    """``run_worker_loop_forever`` in a process of its own, started before this returns;
+    the future observes it (dropping the future leaves it serving).
+
+    As in Monarch, the worker's end is this process' end: once its owner lets it go (or
+    goes away), this process exits with status 0, wherever its threads are. If the
+    worker fails instead (it cannot listen at ``address``, say), the future raises.
+
+    Raises:
+        RuntimeError: as ``run_worker_loop_forever``.
+    """
+    del private_key
+    process = _agent_process(address, ca)
+    ended: ConcurrentFuture[None] = ConcurrentFuture()
 
     def wait() -> None:
-        process.wait()
+        code = process.wait()
+        if code == 0:
+            _exit_with_worker()
+        ended.set_exception(
+            RuntimeError(f"the worker loop at {address} failed: {describe_exit(code)}")
+        )
 
-    runtime = Runtime.get()
-    return _from_concurrent(runtime, runtime.submit(asyncio.to_thread(wait)))
+    threading.Thread(target=wait, name="actormesh-worker-loop", daemon=True).start()
+    return _from_concurrent(Runtime.get(), ended)
 
 
-def _agent_process(address: str) -> subprocess.Popen[bytes]:
-    _secret()  # refuse here, not in the child
+def _exit_with_worker() -> NoReturn:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(0)
+
+
+def _agent_process(address: str, ca: Any) -> subprocess.Popen[bytes]:
+    parse_worker_address(address)  # refuse here, not in the child
+    _secret(ca)
+    trust = TRUST_ALL_CONNECTIONS if ca == TRUST_ALL_CONNECTIONS else None
     code = (
         "from actormesh.actor import run_worker_loop_forever; "
-        f"run_worker_loop_forever(address={address!r})"
+        f"run_worker_loop_forever(address={address!r}, ca={trust!r})"
     )
     env = {**os.environ, "ACTORMESH_PARENT_PID": str(os.getpid())}  # it dies with us
     return subprocess.Popen([sys.executable, "-c", code], env=env)
 
 
-def _secret() -> str:
+def _secret(ca: Any) -> str | None:
+    """The job's secret a worker loop checks, or None when it trusts all connections."""
     secret = os.environ.get("ACTORMESH_SECRET", "")
-    if not secret:
-        raise RuntimeError(
-            "run_worker_loop_forever needs the job's secret in ACTORMESH_SECRET (the "
-            "controller that attaches must have the same)"
-        )
-    return secret
-
-
-def _tcp(address: str) -> str:
-    return address if address.startswith("tcp://") else f"tcp://{address}"
+    if secret:
+        return secret
+    if ca == TRUST_ALL_CONNECTIONS:
+        return None
+    raise RuntimeError(
+        "a worker loop needs the job's secret in ACTORMESH_SECRET (the controller that "
+        "attaches must have the same), or ca='trust_all_connections' to serve whoever "
+        "connects first, unauthenticated"
+    )
 
 
 def attach(addr: str) -> None:

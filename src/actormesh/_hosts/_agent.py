@@ -29,6 +29,7 @@ import queue
 import signal
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -36,22 +37,35 @@ from typing import Any, NoReturn
 from .._core import _envelope as env
 from .._core import dumps, loads
 from .._transport import (
+    AuthenticationError,
     Connection,
+    Endpoint,
     Gatekeeper,
     TransportClosed,
+    bind_socket,
+    connect_tcp,
+    connect_unix,
     format_tcp,
+    is_abstract,
     is_tcp,
-    listening_socket,
-    parse_tcp,
+    parse_worker_address,
     route_source,
+    run_blocking,
 )
-from .._transport._auth import accept_steps
+from .._transport._auth import (
+    accept_steps,
+    connect_steps,
+    open_accept_steps,
+    open_connect_steps,
+)
+from .._transport._tcp import HANDSHAKE_TIMEOUT
+from .._transport._unix import peer_is_trusted
 from ._agent_link import WorkerSpec
 from ._lifetime import serve
 from ._process import ChildProcess
 from ._runtime import Runtime
 
-__all__ = ["Agent", "HostInfo", "main", "serve_agent", "serve_agent_listening"]
+__all__ = ["Agent", "HostInfo", "dial_agent", "main", "serve_agent", "serve_agent_listening"]
 
 log = logging.getLogger("actormesh.hosts")
 
@@ -95,10 +109,11 @@ class Agent:
 
     Args:
         runtime: the agent process' runtime, joined to its owner.
-        advertise: the IP this host's workers listen on for other hosts.
+        advertise: the IP this host's workers listen on for other hosts (``None``: they
+            listen on Unix sockets only, for an owner on this host).
     """
 
-    def __init__(self, runtime: Runtime, advertise: str) -> None:
+    def __init__(self, runtime: Runtime, advertise: str | None) -> None:
         # Nothing else needs to hold the agent: the handlers it registers below do.
         self.runtime = runtime
         # This host's workers listen where other hosts reach it (dual addresses).
@@ -268,14 +283,14 @@ def serve_agent(key: str, owner: str, *, own_group: bool = True) -> None:
 def _serve_as_agent(
     key: str,
     owner: str,
-    advertise: str,
+    advertise: str | None,
     *,
     own_group: bool,
     owner_sock: socket.socket | None = None,
 ) -> None:
     """Serve ``owner`` as the agent of this host, reached by other hosts at
-    ``advertise``, until it goes away."""
-    info = host_info(advertise)
+    ``advertise`` (``None``: by none), until it goes away."""
+    info = host_info(advertise or "")
     serve(
         key,
         owner,
@@ -287,37 +302,138 @@ def _serve_as_agent(
     )
 
 
-def _become_agent(runtime: Runtime, advertise: str) -> None:
+def _become_agent(runtime: Runtime, advertise: str | None) -> None:
     Agent(runtime, advertise)  # the handlers it registers on the runtime keep it
 
 
-def serve_agent_listening(address: str, secret: str) -> NoReturn:
-    """Wait at ``address`` (``tcp://host:port``) for an owner to attach, then serve it as
-    this host's agent until it goes away (Monarch's ``run_worker_loop_forever``); then
-    the process exits (``SystemExit(0)``).
+def serve_agent_listening(address: str, secret: str | None) -> NoReturn:
+    """Wait at ``address`` for an owner to attach, then serve it as this host's agent
+    until it lets us go or goes away (Monarch's ``run_worker_loop_forever``); then the
+    process exits (``SystemExit(0)``).
 
-    The owner dials us and proves ``secret`` (the job's secret) before anything else.
+    ``address`` is in any form of ``parse_worker_address`` (``tcp://host:port``,
+    ``tcp://host:fdN``, ``ipc://path``, ``DIAL@BIND``, ``PROC_ID@...``); the agent listens
+    at its bind side. With ``secret`` (the job's), the owner proves it before anything
+    else; without, the first owner to connect is taken unauthenticated and hands over
+    the job's secret (``ca="trust_all_connections"``, see ``_transport._auth``). A Unix
+    socket admits only processes of this user (or root), either way.
+
+    Raises:
+        ValueError: ``address`` is not a worker address.
+        OSError: it cannot be listened at (``listen: ...``: in use, not this host's).
     """
-    host, port = parse_tcp(address)
-    arrived: queue.SimpleQueue[tuple[socket.socket, Any]] = queue.SimpleQueue()
+    where = parse_worker_address(address)
+    try:
+        listener = bind_socket(where.bind)
+    except OSError as error:
+        raise OSError(error.errno, f"listen: {address}: {error.strerror or error}") from None
+    unix = where.bind.transport == "unix"
+    arrived: queue.SimpleQueue[tuple[socket.socket, Any, Any]] = queue.SimpleQueue()
+
+    def admit(sock: socket.socket, peer: Any, result: Any) -> None:
+        if unix and not peer_is_trusted(sock):
+            sock.close()  # another user's process: not an owner of ours
+            return
+        arrived.put((sock, peer, result))
+
     gate = Gatekeeper(
-        listening_socket(host, port),
-        lambda: accept_steps(secret),
-        lambda sock, peer, _: arrived.put((sock, peer)),
+        listener,
+        (lambda: accept_steps(secret)) if secret else open_accept_steps,
+        admit,
         name=f"agent {address}",
     )
     gate.start()
     try:
-        sock, peer = arrived.get()
+        sock, peer, given = arrived.get()
     finally:
         gate.close()
-    owner = format_tcp(str(peer[0]), int(peer[1]))
-    advertise = str(sock.getsockname()[0])  # where the owner reached us
-    os.environ["ACTORMESH_SECRET"] = secret
-    key = f"agent-{host_info(advertise).hostname}-{os.getpid()}"
+        if unix and not is_abstract(where.bind.path):
+            with contextlib.suppress(OSError):
+                os.unlink(where.bind.path)
+    os.environ["ACTORMESH_SECRET"] = secret or str(given)
+    if unix:
+        # An owner on this host: its workers need no TCP (nobody else reaches them).
+        owner, advertise = f"unix:{where.bind.path}#owner", None
+    else:
+        owner = format_tcp(str(peer[0]), int(peer[1]))
+        advertise = str(sock.getsockname()[0])  # where the owner reached us
+    key = f"agent-{socket.gethostname()}-{os.getpid()}"
     _serve_as_agent(key, owner, advertise, own_group=False, owner_sock=sock)
     # Monarch's worker loop never returns: its process ends with the host mesh it served.
     raise SystemExit(0)
+
+
+# Seconds between tries to reach a worker loop that is not listening yet (doubling).
+_DIAL_FIRST_PAUSE = 0.01
+_DIAL_MAX_PAUSE = 0.25
+
+
+def dial_agent(address: str, secret: str, *, trust_all: bool, timeout: float) -> socket.socket:
+    """A connection to the worker loop waiting at ``address`` (any worker address form:
+    its dial side), ready to carry frames (blocking; run it on a thread).
+
+    A worker loop that is not listening yet (its process still starting) is tried again
+    until ``timeout`` seconds have passed. ``trust_all`` (Monarch's
+    ``ca="trust_all_connections"`` with no secret given to this controller): the worker
+    takes us unauthenticated and is handed ``secret``; otherwise both prove ``secret``.
+
+    Raises:
+        ValueError: ``address`` is not a worker address, or names nothing to dial.
+        AuthenticationError: the worker and this controller disagree on the secret, or
+            on whether there is one.
+        TimeoutError: nothing listened at ``address`` within ``timeout`` seconds.
+        OSError: it cannot be reached otherwise.
+    """
+    target = parse_worker_address(address).dial
+    dial = target.address  # (raises for an inherited socket or a wildcard)
+    deadline = time.monotonic() + timeout
+    pause = _DIAL_FIRST_PAUSE
+    while True:
+        try:
+            return _dial_once(target, secret, trust_all, deadline)
+        except (ConnectionRefusedError, FileNotFoundError) as error:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"no worker loop listened at {dial} within {timeout:g} s ({error})"
+                ) from None
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, _DIAL_MAX_PAUSE)
+
+
+def _dial_once(target: Endpoint, secret: str, trust_all: bool, deadline: float) -> socket.socket:
+    handshake = max(0.1, min(HANDSHAKE_TIMEOUT, deadline - time.monotonic()))
+    try:
+        if target.transport == "tcp":
+            assert target.port is not None
+            return connect_tcp(
+                target.host, target.port, secret=secret, timeout=handshake, trust_all=trust_all
+            )
+        sock = connect_unix(target.path)
+        try:
+            sock.settimeout(handshake)
+            run_blocking(sock, open_connect_steps(secret) if trust_all else connect_steps(secret))
+            sock.settimeout(None)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    except (ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as error:
+        if trust_all:
+            raise
+        raise AuthenticationError(
+            f"the worker loop at {target.address} hung up on the job's secret ({error}): "
+            "one that trusts all connections has no secret to check it against; attach "
+            "with ca='trust_all_connections' and no ACTORMESH_SECRET, or give the worker "
+            "the same ACTORMESH_SECRET"
+        ) from None
+    except ConnectionError as error:
+        if isinstance(error, ConnectionRefusedError) or trust_all:
+            raise
+        raise AuthenticationError(
+            f"the worker loop at {target.address} closed the connection during the "
+            f"handshake ({error}): is it one that trusts all connections (no secret)?"
+        ) from None
 
 
 def main() -> None:

@@ -79,6 +79,7 @@ class Runtime(CoreRuntime):
         # Host agents this process owns, by their connection (see _agent_link).
         self.agents: dict[Connection, AgentLink] = {}
         self._agent_ids = itertools.count()
+        self._attaching: set[Connection] = set()  # agents dialled, not joined yet
         self.frame_kinds[env.EVENT] = self._on_agent_event
         self._aggregator: LineAggregator | None = None
         # Where local workers are forked from (see _forkserver), once a spawn needs one.
@@ -292,8 +293,9 @@ class Runtime(CoreRuntime):
     def _handle_hello(self, conn: Connection, header: tuple[Any, ...]) -> None:
         _, path, pid, key, info = header
         child = self._children.get(path)
-        if child is None and is_tcp(path):
-            # A process this one did not start dialled in: whoever waits for it adopts it.
+        if child is None and (is_tcp(path) or conn in self._attaching):
+            # A process this one did not start dialled in, or one we dialled (a host agent
+            # on a Unix socket, say): whoever waits for it adopts it.
             self.joins.offer(Joined(conn, path, pid, key, info))
             return
         with self._conns_lock:
@@ -360,11 +362,19 @@ class Runtime(CoreRuntime):
         by_key = {j.key: j for j in joined}
         return [self.adopt_agent(by_key[k], kill=p.kill) for k, p in zip(keys, started)]
 
-    async def attach_agent(self, address: str) -> AgentLink:
+    async def attach_agent(
+        self, address: str, dial: Callable[[], socket.socket] | None = None
+    ) -> AgentLink:
         """Dial a host agent waiting at ``address`` (``tcp://``), prove the job's secret,
-        and own it once it says HELLO (loop thread)."""
-        sock = await asyncio.to_thread(connect_address, address, secret=self.secret)
+        and own it once it says HELLO (loop thread).
+
+        ``dial``: how to connect instead (a blocking call, run on a thread), for the
+        forms of address and handshakes of Monarch's worker loops (``_agent.dial_agent``).
+        """
+        connect = dial or (lambda: connect_address(address, secret=self.secret))
+        sock = await asyncio.to_thread(connect)
         conn = self._new_connection(sock, peer=address, same_host=False)
+        self._attaching.add(conn)
         hello: asyncio.Future[Joined] = self.loop.create_future()
 
         def take(joined: Joined) -> bool:
@@ -382,6 +392,7 @@ class Runtime(CoreRuntime):
             raise
         finally:
             stop()
+            self._attaching.discard(conn)
         return self.adopt_agent(joined)
 
     async def start_relayed(
