@@ -282,7 +282,7 @@ class ActorMesh(Shaped, Generic[T]):
         if state.owned is not None:
             state.stopped = True
             return state.owned.stop(reason)  # type: ignore[no-any-return]
-        future: Future[None] = Future(Runtime.get().in_loop_thread)
+        future: Future[None] = Future._new(Runtime.get().in_loop_thread)
         if state.stopped:
             future._set_result(None)
             return future

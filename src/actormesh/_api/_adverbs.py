@@ -364,7 +364,7 @@ class _Request:
 
     def new_future(self) -> Future[Any]:
         runtime = self.runtime
-        future: Future[Any] = Future(
+        future: Future[Any] = Future._new(
             runtime.in_loop_thread,
             self.timeout_error,
             self.abandon,
@@ -481,7 +481,7 @@ class ValueStream(Generic[R]):
 
     def __init__(self, count: int, arm: Callable[[float], None] | None = None) -> None:
         self._arm = arm
-        self._futures: list[Future[R]] = [Future() for _ in range(count)]
+        self._futures: list[Future[R]] = [Future._new() for _ in range(count)]
         self._arrived = 0
         self._lock = threading.Lock()
         self._next = 0  # for async iteration

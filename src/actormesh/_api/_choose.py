@@ -217,7 +217,7 @@ def _enqueue(state: MeshState, ticket: _Ticket) -> None:
                 if ticket in state.waiting:
                     state.waiting.remove(ticket)
 
-        ticket.future = Future(Runtime.get().in_loop_thread, ticket.timed_out, cancel)
+        ticket.future = Future._new(Runtime.get().in_loop_thread, ticket.timed_out, cancel)
     state.waiting.append(ticket)
 
 
@@ -303,7 +303,7 @@ def _send(state: MeshState, ticket: _Ticket, rank: int, started: float) -> Futur
 def _failed(ticket: _Ticket, error: BaseException) -> Future[Any]:
     future = ticket.future
     if future is None:
-        future = Future()
+        future = Future._new()
     future._set_exception(error)
     return future
 

@@ -12,7 +12,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from .._exceptions import CallTimeoutError
 
@@ -24,6 +24,25 @@ __all__ = ["Future"]
 R = TypeVar("R")
 _PENDING, _DONE, _FAILED = 0, 1, 2
 
+# A deferred future's ``_defer`` once its work has started, when the work is shared by
+# every observer (a ``@returns_future`` body): an observer's cancelled ``await`` then
+# leaves the work alone.
+SHARED: Any = object()
+
+
+class Deferred(Protocol):
+    """Work a future starts when it is first observed (see the module docstring)."""
+
+    # What the future's ``_defer`` becomes once the work has started: ``None`` (a
+    # cancelled ``await`` cancels the future, as for a call) or ``SHARED``.
+    claimed: Any
+
+    def start(self, future: Future[Any], loop: asyncio.AbstractEventLoop | None) -> None:
+        """Start for an ``await`` on ``loop`` (or a callback: the running loop, if any)."""
+
+    def drive(self, future: Future[Any], timeout: float | None) -> None:
+        """Start for a blocking ``get(timeout)``; may do the work on this thread."""
+
 
 class Future(Generic[R]):
     """The eventual result of a call. Users get these from adverbs; never build one."""
@@ -31,6 +50,7 @@ class Future(Generic[R]):
     __slots__ = (
         "__weakref__",
         "_callbacks",
+        "_defer",
         "_lock",
         "_loop_thread",
         "_on_cancel",
@@ -41,17 +61,47 @@ class Future(Generic[R]):
         "_value",
     )
 
-    def __init__(
-        self,
+    _state: int
+    _value: Any
+    _callbacks: list[Callable[[Future[R]], None]]
+    _lock: threading.Lock
+    _loop_thread: Callable[[], bool] | None
+    _on_timeout: Callable[[float | None], BaseException] | None
+    _on_cancel: Callable[[], None] | None
+    _route: ReplyRoute | None
+    _spin: bool
+    _defer: Any
+
+    def __init__(self) -> None:
+        raise TypeError(
+            "Future objects are returned by Monarch operations (actormesh's calls, ports "
+            "and adverbs) and cannot be constructed directly."
+        )
+
+    @classmethod
+    def _new(
+        cls,
         loop_thread: Callable[[], bool] | None = None,
         on_timeout: Callable[[float | None], BaseException] | None = None,
         on_cancel: Callable[[], None] | None = None,
         route: ReplyRoute | None = None,
         spin: bool = False,
-    ) -> None:
+        defer: Deferred | None = None,
+    ) -> Future[Any]:
+        """A pending future (the runtime's constructor).
+
+        Args:
+            loop_thread: true on the thread whose loop resolves it (``get`` refuses there).
+            on_timeout: the error of a ``get`` that ran out (it may ask the actors).
+            on_cancel: called by ``cancel()``.
+            route: the reply route of a call made on a foreign loop.
+            spin: a wait polls the route briefly before sleeping.
+            defer: work to start when the future is first observed.
+        """
+        self: Future[Any] = _new_object(cls)
         self._state = _PENDING
-        self._value: Any = None
-        self._callbacks: list[Callable[[Future[R]], None]] = []
+        self._value = None
+        self._callbacks = []
         self._lock = threading.Lock()
         self._loop_thread = loop_thread
         self._on_timeout = on_timeout
@@ -62,19 +112,32 @@ class Future(Generic[R]):
         # Whether a wait polls the route briefly before sleeping (Config.reply_spin): for
         # a call that waits on one process only.
         self._spin = spin
+        self._defer = defer
+        return self
+
+    def _claim(self) -> Deferred | None:
+        """The deferred work, for its first observer only (``None`` for the others)."""
+        with self._lock:
+            deferred = self._defer
+            if deferred is None or deferred is SHARED or self._state != _PENDING:
+                return None
+            self._defer = deferred.claimed
+        return deferred  # type: ignore[no-any-return]
 
     # -- resolution (runtime side) ------------------------------------------------------
 
-    def _set_result(self, value: R) -> None:
-        self._finish(_DONE, value)
+    def _set_result(self, value: R) -> bool:
+        return self._finish(_DONE, value)
 
-    def _set_exception(self, error: BaseException) -> None:
-        self._finish(_FAILED, error)
+    def _set_exception(self, error: BaseException) -> bool:
+        """Fail the future; False if it was done already (the first outcome wins)."""
+        return self._finish(_FAILED, error)
 
-    def _finish(self, state: int, value: Any) -> None:
+    def _finish(self, state: int, value: Any) -> bool:
+        """Set the outcome; False if one was set already (the first wins)."""
         with self._lock:
             if self._state != _PENDING:
-                return  # first outcome wins (a late reply after a timeout, say)
+                return False  # first outcome wins (a late reply after a timeout, say)
             self._state, self._value = state, value
             callbacks, self._callbacks = self._callbacks, []
             # The hooks point back at the request that owns this future: dropping them
@@ -86,6 +149,7 @@ class Future(Generic[R]):
             callback(self)
         if route is not None:
             route.end()
+        return True
 
     # -- inspection ---------------------------------------------------------------------
 
@@ -140,7 +204,14 @@ class Future(Generic[R]):
         raise self._value
 
     def add_done_callback(self, fn: Callable[[Future[R]], None]) -> None:
-        """Call ``fn(self)`` when done (at once if already done), on the resolving thread."""
+        """Call ``fn(self)`` when done (at once if already done), on the resolving thread.
+
+        It observes the future: deferred work starts (on the running event loop, if any).
+        """
+        if self._defer is not None:
+            deferred = self._claim()
+            if deferred is not None:
+                deferred.start(self, asyncio._get_running_loop())
         route = self._route
         if route is not None:
             route.foreign_waiter()  # a thread's route: read by the runtime from now on
@@ -162,11 +233,14 @@ class Future(Generic[R]):
             timeout: seconds to wait. On expiry ``CallTimeoutError`` (a ``TimeoutError``)
                 says what was pending, and the call goes on, as with
                 ``concurrent.futures``: a later ``get()`` may still return its value.
-                ``cancel()`` gives it up.
+                ``cancel()`` gives it up. The exception is the ``get()`` that runs a
+                ``@returns_future`` body (its first observer): its expiry cancels the
+                body, which fails with ``CallTimeoutError`` for every observer.
 
         Raises:
-            RuntimeError: called on the runtime's event-loop thread (inside an async
-                endpoint, say), where blocking would deadlock: use ``await`` there.
+            RuntimeError: called on the event-loop thread that resolves the future (the
+                runtime's, in a done callback say; or the one running a returns_future
+                body), where blocking would deadlock: use ``await`` there.
         """
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, int | float):
@@ -176,9 +250,16 @@ class Future(Generic[R]):
         if self._state == _PENDING:
             if self._loop_thread is not None and self._loop_thread():
                 raise RuntimeError(
-                    "Future.get() called on actormesh's event-loop thread, where it would "
-                    "deadlock; use `await future` in async endpoints"
+                    "Future.get() called on the event-loop thread that resolves it "
+                    "(actormesh's, or the loop running its returns_future body), where it "
+                    "would deadlock; use `await future` there"
                 )
+            if self._defer is not None:
+                deferred = self._claim()
+                if deferred is not None:
+                    deferred.drive(self, timeout)
+                    if self._state != _PENDING:
+                        return self._value_now()
             route = self._route
             if route is not None:
                 route.check_orphaned()
@@ -249,6 +330,12 @@ class Future(Generic[R]):
 
     def __await__(self) -> Generator[Any, None, R]:
         if self._state == _PENDING:
+            if self._defer is not None:
+                deferred = self._claim()
+                if deferred is not None:
+                    deferred.start(self, asyncio.get_running_loop())
+                    if self._state != _PENDING:
+                        return self._value_now()
             route = self._route
             if route is not None:
                 route.check_orphaned()
@@ -265,7 +352,8 @@ class Future(Generic[R]):
             try:
                 yield from waiter.__await__()
             except asyncio.CancelledError:
-                self.cancel()
+                if self._defer is not SHARED:  # shared work outlives one observer
+                    self.cancel()
                 raise
         return self._value_now()
 
@@ -317,9 +405,11 @@ def _wake_batch(loop: asyncio.AbstractEventLoop) -> None:
 
 def resolved(value: R) -> Future[R]:
     """A future that is already done (for adverbs answered without I/O)."""
-    future: Future[R] = Future()
+    future: Future[R] = Future._new()
     future._set_result(value)
     return future
 
+
+_new_object = object.__new__
 
 Future.__module__ = "actormesh"

@@ -96,7 +96,7 @@ class HostMesh(Shaped):
     def initialized(self) -> Future[bool]:
         """Resolves to True: a host mesh is ready once it exists."""
         runtime = Runtime.get()
-        future: Future[bool] = Future(runtime.in_loop_thread)
+        future: Future[bool] = Future._new(runtime.in_loop_thread)
         future._set_result(True)
         return future
 

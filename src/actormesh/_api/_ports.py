@@ -68,7 +68,7 @@ class _Queue:
         return False  # anyone may send to a port: no one connection is its life
 
     def next(self, ranked: bool, loop_thread: Any) -> Future[Any]:
-        future: Future[Any] = Future(loop_thread)
+        future: Future[Any] = Future._new(loop_thread)
         with self.lock:
             if self.messages:
                 rank, ok, value = self.messages.popleft()

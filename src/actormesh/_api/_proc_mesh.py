@@ -287,7 +287,7 @@ async def _stop_actors(runtime: Runtime, processes: _Processes, grace: float) ->
     ``__cleanup__``), waiting at most ``grace`` seconds for the processes to confirm."""
     if not processes.meshes:
         return
-    future: Future[None] = Future(runtime.in_loop_thread)
+    future: Future[None] = Future._new(runtime.in_loop_thread)
     paths = [child.listen_path for child in processes.children]
     request = _StopRequest(future, len(paths) * len(processes.meshes))
     req_id = runtime.register(request)
@@ -518,7 +518,7 @@ def _done_future() -> ConcurrentFuture[None]:
 
 def _from_concurrent(runtime: Runtime, inner: ConcurrentFuture[T]) -> Future[T]:
     """An actormesh ``Future`` that follows a ``concurrent.futures.Future``."""
-    future: Future[T] = Future(runtime.in_loop_thread, on_cancel=lambda: _cancel(inner))
+    future: Future[T] = Future._new(runtime.in_loop_thread, on_cancel=lambda: _cancel(inner))
 
     def copy(done: ConcurrentFuture[T]) -> None:
         if done.cancelled():

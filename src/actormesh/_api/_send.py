@@ -91,7 +91,7 @@ class _Fold(Generic[A, R]):
         self.combine = combine
         self.left = count
         self.lock = threading.Lock()
-        self.result: Future[A] = Future(Runtime.get().in_loop_thread)
+        self.result: Future[A] = Future._new(Runtime.get().in_loop_thread)
         if count == 0:
             self.result._set_result(identity)
 
