@@ -3,6 +3,7 @@ controller and from actors, in order per sender, as in Monarch 0.7."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -209,3 +210,90 @@ def test_a_ranked_channel_ranks_answers_within_the_slice_sent_to(procs: ProcMesh
     port, receiver = Channel.open_ranked()
     send(echo.slice(nodes=1).get_tag, (), {}, port=port)
     assert sorted(receiver.recv().get(timeout=30) for _ in range(2)) == [(0, "echo"), (1, "echo")]
+
+
+# -- a receive claims its message when it is first observed, not when it is made --------
+
+
+@pytest.mark.timeout(30)
+def test_receives_observed_in_reverse_get_the_messages_in_observation_order() -> None:
+    port: Port[int]
+    port, receiver = Channel.open()
+    port.send(11)
+    port.send(22)
+    first, second = receiver.recv(), receiver.recv()
+    assert second.get(timeout=10) == 11
+    assert first.get(timeout=10) == 22
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("once", [False, True])
+def test_a_receive_dropped_unobserved_takes_nothing(once: bool) -> None:
+    port: Port[int]
+    port, receiver = Channel.open(once=once)
+    port.send(31)
+    discarded = receiver.recv()
+    assert not discarded.done()  # looking at it is not observing it
+    del discarded
+    assert receiver.recv().get(timeout=10) == 31
+
+
+@pytest.mark.timeout(30)
+def test_each_way_of_observing_a_receive_claims_the_next_message() -> None:
+    port: Port[int]
+    port, receiver = Channel.open()
+    unobserved = receiver.recv()
+    by_callback, by_await, by_get = receiver.recv(), receiver.recv(), receiver.recv()
+    seen: list[int] = []
+    by_callback.add_done_callback(lambda f: seen.append(f.result()))
+    for i in range(4):
+        port.send(i)
+    assert by_callback.get(timeout=10) == 0
+    assert seen == [0]  # callbacks run in the order they were added: it ran first
+
+    async def main() -> int:
+        value: int = await by_await
+        return value
+
+    assert run(main()) == 1
+    assert by_get.get(timeout=10) == 2
+    assert unobserved.get(timeout=10) == 3
+
+
+@pytest.mark.timeout(30)
+def test_a_ranked_receive_claims_when_observed() -> None:
+    port: Port[str]
+    receiver: Any
+    port, receiver = Channel.open_ranked()
+    port.send("a")
+    port.send("b")
+    first, second = receiver.recv(), receiver.recv()
+    assert second.get(timeout=10) == (0, "a")
+    assert first.get(timeout=10) == (0, "b")
+
+
+@pytest.mark.timeout(30)
+def test_a_receive_awaited_past_its_deadline_leaves_its_message_to_the_next() -> None:
+    # asyncio.wait_for cancels the await, which gives the receive's turn up: the message
+    # sent afterwards goes to the next receive instead of being lost.
+    port: Port[str]
+    port, receiver = Channel.open()
+
+    async def main() -> str:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(receiver.recv(), timeout=0.05)
+        port.send("kept")
+        value: str = await receiver.recv()
+        return value
+
+    assert run(main()) == "kept"
+
+
+@pytest.mark.timeout(60)
+def test_an_actor_answers_a_receive_observed_after_the_send(users: PortUser) -> None:
+    port: Port[tuple[dict[str, int], int]]
+    port, receiver = Channel.open()
+    pending = [receiver.recv() for _ in range(3)]  # made first, observed last
+    sender = users.slice(nodes=0, gpus=1)
+    assert sender.send_many.call_one(port, 3).get(timeout=30) == 3
+    assert [f.get(timeout=30)[1] for f in reversed(pending)] == [0, 1, 2]

@@ -8,6 +8,9 @@ of the runtime, not a layer over calls: a port is a request id registered with t
 receiving runtime, and ``send`` is a reply frame to it, so it costs what an endpoint's
 answer costs, and messages from one sender arrive in the order they were sent.
 
+A receive claims its message when its future is first observed (``get``, ``await``...),
+not when ``recv()`` is called, as in Monarch.
+
 ``send(endpoint, args, kwargs, port=...)`` (in ``_send``) sends each actor's answer to a
 port, and an endpoint marked ``@endpoint(explicit_response_port=True)`` gets a port as
 its first argument: what it sends there (now or later, from any thread) is its answer.
@@ -35,7 +38,7 @@ R = TypeVar("R")
 
 class _Queue:
     """What a receiver's runtime holds for it: a core ``ReplyHandler`` that never ends
-    (unless ``once``), whose messages wait for ``recv()`` and vice versa."""
+    (unless ``once``), whose messages wait for observed receives and vice versa."""
 
     def __init__(self, once: bool) -> None:
         self.once = once
@@ -43,6 +46,9 @@ class _Queue:
         self.messages: deque[tuple[int, bool, Any]] = deque()
         self.waiting: deque[tuple[Future[Any], bool]] = deque()
         self.closed = False
+        # A receive's work, started when its future is first observed (stateless: shared).
+        self.receive = _Receive(self, False)
+        self.receive_ranked = _Receive(self, True)
 
     def on_reply(self, rank: int, ok: bool, parts: list[memoryview]) -> bool:
         if ok:
@@ -56,8 +62,10 @@ class _Queue:
                 return True
             if self.once:
                 self.closed = True
-            if self.waiting:
+            while self.waiting:
                 future, ranked = self.waiting.popleft()
+                if not future.done():  # a cancelled receive takes nothing
+                    break
             else:
                 self.messages.append((rank, ok, value))
                 return self.once
@@ -67,16 +75,45 @@ class _Queue:
     def on_lost(self, conn: Any, reason: str) -> bool:
         return False  # anyone may send to a port: no one connection is its life
 
-    def next(self, ranked: bool, loop_thread: Any) -> Future[Any]:
-        future: Future[Any] = Future._new(loop_thread)
+    def claim(self, future: Future[Any], ranked: bool) -> None:
+        """An observed receive: the next message (now, or when it comes) is ``future``'s."""
         with self.lock:
             if self.messages:
                 rank, ok, value = self.messages.popleft()
             else:
                 self.waiting.append((future, ranked))
-                return future
+                return
         _settle(future, ranked, rank, ok, value)
-        return future
+
+    def drop_cancelled(self) -> None:
+        """A waiting receive was cancelled: the next message goes to the next receive."""
+        with self.lock:
+            self.waiting = deque(w for w in self.waiting if not w[0].done())
+
+    def next(self, ranked: bool, loop_thread: Any) -> Future[Any]:
+        """The future of a receive, which claims a message when first observed."""
+        return Future._new(
+            loop_thread,
+            on_cancel=self.drop_cancelled,
+            defer=self.receive_ranked if ranked else self.receive,
+        )
+
+
+class _Receive:
+    """A receive's deferred work (``Deferred``): claim the next message for the future."""
+
+    __slots__ = ("queue", "ranked")
+    claimed = None  # a cancelled ``await`` of a receive cancels it (and frees its turn)
+
+    def __init__(self, queue: _Queue, ranked: bool) -> None:
+        self.queue = queue
+        self.ranked = ranked
+
+    def start(self, future: Future[Any], loop: Any) -> None:
+        self.queue.claim(future, self.ranked)
+
+    def drive(self, future: Future[Any], timeout: float | None) -> None:
+        self.queue.claim(future, self.ranked)
 
 
 def _settle(future: Future[Any], ranked: bool, rank: int, ok: bool, value: Any) -> None:
@@ -150,8 +187,15 @@ class PortReceiver(Generic[R]):
 
     def recv(self) -> Future[R]:
         """The next message (``.get()`` it, or ``await`` it); an error sent with
-        ``port.exception(e)`` raises ``e``. A future whose wait timed out still gets the
-        next message."""
+        ``port.exception(e)`` raises ``e``.
+
+        As in Monarch, the future claims its message when it is first observed (``get``,
+        ``await``, ``as_asyncio``, ``add_done_callback``), not when ``recv()`` is called:
+        a receive dropped unobserved takes nothing, and receives observed in another
+        order than they were made get the messages in the order they are observed. A
+        future whose wait timed out keeps its claim (it gets the next message); a
+        cancelled one (``cancel()``, or an ``await`` cancelled by ``asyncio.wait_for``)
+        gives it up."""
         return self._queue.next(False, self._loop_thread)
 
     def ranked(self) -> RankedPortReceiver[R]:
