@@ -4,6 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import gc
+import threading
+import warnings
+import weakref
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -186,3 +192,257 @@ def test_returns_future_turns_a_coroutine_function_into_a_future() -> None:
         return await double(5)
 
     assert run(main()) == 10
+
+
+# -- returns_future: the body runs where its Future is first observed -------------------
+
+
+@pytest.mark.timeout(30)
+def test_a_returns_future_body_runs_once_for_its_first_observer() -> None:
+    runs: list[int] = []
+
+    @returns_future
+    async def count() -> int:
+        runs.append(1)
+        return len(runs)
+
+    future = count()
+    assert runs == []  # the call starts nothing
+    assert future.get(timeout=10) == 1
+    assert future.get(timeout=10) == 1
+    assert run(_awaited(future)) == 1
+    assert runs == [1]
+
+
+@pytest.mark.timeout(30)
+def test_a_returns_future_dropped_unobserved_runs_none_of_its_body() -> None:
+    runs: list[int] = []
+
+    @returns_future
+    async def count() -> int:
+        runs.append(1)
+        return 1
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        count()
+        gc.collect()
+        cancelled = count()
+        assert cancelled.cancel()
+        del cancelled
+        gc.collect()
+    assert runs == []
+    assert not [w for w in caught if "never awaited" in str(w.message)]
+
+
+@pytest.mark.timeout(30)
+def test_returns_future_get_runs_the_body_on_the_calling_threads_own_loop() -> None:
+    leftover: list[str] = []
+
+    @returns_future
+    async def where() -> tuple[int, asyncio.AbstractEventLoop]:
+        async def forever() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                leftover.append("cancelled")
+                raise
+
+        task = asyncio.get_running_loop().create_task(forever())
+        await asyncio.sleep(0)
+        assert not task.done()
+        return threading.get_ident(), asyncio.get_running_loop()
+
+    ident, loop = where().get(timeout=10)
+    assert ident == threading.get_ident()
+    assert leftover == ["cancelled"]  # tasks it left were ended before get() returned
+    assert not loop.is_closed()
+    assert where().get(timeout=10)[1] is loop  # the thread's loop is reused
+
+
+@pytest.mark.timeout(30)
+def test_a_returns_future_body_sees_the_context_of_its_call() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    @returns_future
+    async def read_and_write() -> str:
+        seen = var.get()
+        var.set("body")
+        return seen
+
+    token = var.set("caller")
+    try:
+        future = read_and_write()
+        var.set("after the call")
+        assert future.get(timeout=10) == "caller"
+        assert var.get() == "after the call"  # the body's write stays in its copy
+    finally:
+        var.reset(token)
+
+
+@pytest.mark.timeout(30)
+def test_returns_future_get_timeout_cancels_the_body_before_raising() -> None:
+    cleaned: list[int] = []
+
+    @returns_future
+    async def blocks() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cleaned.append(1)
+
+    future = blocks()
+    with pytest.raises(TimeoutError):
+        future.get(timeout=0.05)
+    assert cleaned == [1]
+    with pytest.raises(TimeoutError):  # the outcome of every later observer
+        future.get()
+
+
+@pytest.mark.timeout(30)
+def test_other_observers_of_a_returns_future_wait_without_touching_the_body() -> None:
+    started, gate = threading.Event(), threading.Event()
+
+    @returns_future
+    async def waits() -> int:
+        started.set()
+        await asyncio.to_thread(gate.wait, 10)
+        return 9
+
+    future = waits()
+    box: dict[str, Any] = {}
+    owner = threading.Thread(target=lambda: box.update(value=future.get(timeout=10)))
+    owner.start()
+    assert started.wait(10)
+    with pytest.raises(TimeoutError):
+        future.get(timeout=0.05)
+    with pytest.raises(TimeoutError):
+        run(asyncio.wait_for(_awaited(future), 0.05))  # cancels only that await
+    gate.set()
+    owner.join(10)
+    assert box["value"] == 9
+    assert future.get(timeout=10) == 9
+    assert run(_awaited(future)) == 9
+
+
+@pytest.mark.timeout(30)
+def test_a_threads_returns_future_loop_shuts_down_when_the_thread_exits() -> None:
+    closed: list[str] = []
+
+    async def numbers() -> AsyncIterator[int]:
+        try:
+            yield 1
+            yield 2
+        finally:
+            closed.append("generator")
+
+    kept: list[Any] = []
+
+    @returns_future
+    async def leaves_a_generator() -> asyncio.AbstractEventLoop:
+        generator = numbers()
+        kept.append(generator)
+        await generator.__anext__()
+        await asyncio.to_thread(int)  # the loop's default executor is shut down too
+        return asyncio.get_running_loop()
+
+    box: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: box.update(loop=leaves_a_generator().get(10)))
+    worker.start()
+    worker.join(10)
+    assert box["loop"].is_closed()
+    assert closed == ["generator"]
+
+
+@pytest.mark.timeout(30)
+def test_awaiting_a_returns_future_runs_it_on_the_awaiting_loop_and_holds_its_task() -> None:
+    tasks: list[weakref.ref[asyncio.Task[Any]]] = []
+    release = asyncio.Event()
+
+    @returns_future
+    async def parks() -> asyncio.AbstractEventLoop:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.append(weakref.ref(task))
+        await release.wait()
+        return asyncio.get_running_loop()
+
+    async def main() -> bool:
+        future = parks()
+        observer = future.as_asyncio()
+        await asyncio.sleep(0)
+        observer.cancel()  # cancels this observer only
+        del observer
+        gc.collect()
+        assert tasks[0]() is not None  # the body's task is held while it runs
+        release.set()
+        loop = await future
+        return loop is asyncio.get_running_loop()
+
+    assert run(main()) is True
+
+
+@pytest.mark.timeout(30)
+def test_returns_future_get_inside_a_running_loop_runs_on_a_helper_thread() -> None:
+    @returns_future
+    async def where() -> int:
+        await asyncio.sleep(0)
+        return threading.get_ident()
+
+    async def main() -> int:
+        return where().get(timeout=10)
+
+    assert run(main()) != threading.get_ident()
+
+
+@pytest.mark.timeout(30)
+def test_returns_future_get_on_the_loop_running_its_body_raises() -> None:
+    @returns_future
+    async def parks() -> int:
+        await asyncio.sleep(0.05)
+        return 1
+
+    async def main() -> int:
+        future = parks()
+        observer = future.as_asyncio()  # started on this loop
+        with pytest.raises(RuntimeError, match="would deadlock"):
+            future.get(timeout=10)
+        value: int = await observer
+        return value
+
+    assert run(main()) == 1
+
+
+@pytest.mark.timeout(30)
+def test_a_callback_off_any_loop_runs_a_returns_future_body() -> None:
+    @returns_future
+    async def where() -> int:
+        return threading.get_ident()
+
+    future = where()
+    seen: list[int] = []
+    future.add_done_callback(lambda f: seen.append(f.result()))
+    assert future.get(timeout=10) not in (threading.get_ident(), None)
+    assert seen == [future.get()]
+
+
+@pytest.mark.timeout(60)
+def test_a_returns_future_body_awaits_calls_to_actors(echo: Echo, one: Echo) -> None:
+    @returns_future
+    async def ask() -> tuple[str, list[int]]:
+        tag = await one.get_tag.call_one()
+        ranks = await echo.rank.call()
+        return tag, sorted(ranks.values())
+
+    assert ask().get(timeout=30) == ("echo", [0, 1, 2, 3])
+    assert run(_awaited(ask())) == ("echo", [0, 1, 2, 3])
+
+
+def test_returns_future_refuses_a_plain_function() -> None:
+    decorate: Any = returns_future
+    with pytest.raises(TypeError, match="async function"):
+        decorate(lambda: None)
+
+
+async def _awaited(future: Future[Any]) -> Any:
+    return await future

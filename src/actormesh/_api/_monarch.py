@@ -10,14 +10,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
-import functools
 import os
 import subprocess
 import sys
 import threading
 import types
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
@@ -28,6 +27,7 @@ from ._bootstrap_command import BootstrapCommand, default_bootstrap_cmd
 from ._future import Future
 from ._host_mesh import this_proc
 from ._proc_mesh import _from_concurrent
+from ._returns_future import returns_future
 
 __all__ = [
     "BootstrapCommand",
@@ -78,26 +78,24 @@ def get_or_spawn_controller(name: str, actor_class: type, *args: Any, **kwargs: 
 # -- futures from coroutines --------------------------------------------------------------------
 
 
-def returns_future(function: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Future[T]]:
-    """Make an ``async def`` return an actormesh ``Future`` (``.get()`` or ``await`` it):
-    the coroutine runs on actormesh's event loop."""
-
-    @functools.wraps(function)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> Future[T]:
-        runtime = Runtime.get()
-        return _from_concurrent(runtime, runtime.submit(function(*args, **kwargs)))
-
-    return wrapper
+# ``returns_future`` (imported above) runs its body where the Future is first observed.
 
 
-@returns_future
-async def shutdown_context(host_timeout: float | None = None) -> None:
-    """Stop every process this one started (its runtime ends; a later mesh starts anew)."""
+def shutdown_context(host_timeout: float | None = None) -> Future[None]:
+    """Stop every process this one started (its runtime ends; a later mesh starts anew).
+
+    The shutdown starts at the call, as Monarch's does (dropping the Future does not
+    stop it); ``.get()`` or ``await`` the Future to wait for its end.
+    """
     del host_timeout
     runtime = Runtime.get()
-    children = runtime.children()
-    if children:
-        await runtime.stop_processes(children, runtime.config.stop_grace)
+
+    async def stop() -> None:
+        children = runtime.children()
+        if children:
+            await runtime.stop_processes(children, runtime.config.stop_grace)
+
+    return _from_concurrent(runtime, runtime.submit(stop()))
 
 
 # -- transports, workers and gateways ---------------------------------------------------------
