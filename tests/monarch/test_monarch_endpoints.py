@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -16,7 +17,9 @@ from actormesh.actor import (
     as_endpoint,
     concurrent_endpoint,
     endpoint,
+    returns_future,
 )
+from actormesh.testing import run
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
     from tests.monarch.monarch_actors import Echo, Engine, Gate, SyncCounter
@@ -161,3 +164,99 @@ def test_endpoints_have_the_adverbs(echo: Echo) -> None:
     endpoint: Any = echo.ping
     for adverb in ("call", "call_one", "choose", "stream", "broadcast"):
         assert callable(getattr(endpoint, adverb)), adverb
+
+
+# -- Accumulator over any stream of futures, folded when its future is observed ---------
+
+
+class _Failed(Exception):
+    pass
+
+
+@returns_future
+async def _value(value: Any) -> Any:
+    if isinstance(value, BaseException):
+        raise value
+    return value
+
+
+class _Streaming:
+    """Something with ``stream()``: a generator of futures, recording how far it went."""
+
+    def __init__(self, values: list[Any]) -> None:
+        self.values = values
+        self.events: list[Any] = []
+
+    def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[Any]]:
+        self.events.append(("stream", args, kwargs))
+
+        def futures() -> Iterator[Future[Any]]:
+            for value in self.values:
+                self.events.append(("next", value))
+                yield _value(value)
+
+        return futures()
+
+
+@pytest.mark.timeout(30)
+def test_an_accumulator_folds_a_generator_of_futures_left_to_right() -> None:
+    source = _Streaming([1, 2, 3])
+    nothing: list[int] = []
+    folded = Accumulator(source, nothing, lambda acc, value: [*acc, value]).accumulate("a", k=1)
+    assert source.events == [("stream", ("a",), {"k": 1})]  # called now, folded later
+    assert folded.get(timeout=10) == [1, 2, 3]
+    assert (
+        Accumulator(_Streaming([]), 42, lambda acc, value: acc + value).accumulate().get(timeout=10)
+        == 42
+    )
+
+
+@pytest.mark.timeout(30)
+def test_an_accumulator_stops_at_the_first_error_and_every_observer_gets_it() -> None:
+    source = _Streaming([1, 2, 3])
+    calls: list[tuple[int, int]] = []
+
+    def combine(total: int, value: int) -> int:
+        calls.append((total, value))
+        if value == 2:
+            raise _Failed("combine failed on 2")
+        return total + value
+
+    folded = Accumulator(source, 0, combine).accumulate()
+    assert calls == []  # nothing folds before the future is observed
+    with pytest.raises(_Failed, match="on 2") as first:
+        folded.get(timeout=10)
+    assert run(_awaited(folded, _Failed)) is first.value
+    assert calls == [(0, 1), (1, 2)]
+    assert source.events[1:] == [("next", 1), ("next", 2)]  # the stream was left there
+
+    failing = _Streaming([1, _Failed("answer failed"), 3])
+    with pytest.raises(_Failed, match="answer failed"):
+        Accumulator(failing, 0, lambda acc, value: acc + value).accumulate().get(timeout=10)
+    assert failing.events[-1] == ("next", failing.values[1])
+
+
+def test_an_accumulator_whose_stream_fails_raises_at_the_call() -> None:
+    class Broken:
+        def stream(self) -> Iterator[Future[int]]:
+            raise _Failed("no stream")
+
+    with pytest.raises(_Failed, match="no stream"):
+        Accumulator(Broken(), 0, lambda acc, value: acc + value).accumulate()
+
+
+@pytest.mark.timeout(60)
+def test_an_accumulator_can_be_awaited(procs: ProcMesh) -> None:
+    counters = procs.spawn("accumulated_async", Echo)
+
+    async def main() -> int:
+        total: int = await Accumulator(counters.inc, 0, lambda a, v: a + v).accumulate(2)
+        return total
+
+    assert run(main()) == 8
+
+
+async def _awaited(future: Future[Any], error: type[BaseException]) -> BaseException:
+    with pytest.raises(error) as caught:
+        await future
+    return caught.value

@@ -5,20 +5,20 @@
 port's receiver, in the order each actor answers. Without a port it is a broadcast.
 
 ``Accumulator(mesh.step, identity, combine).accumulate(x)`` calls every actor and folds
-their answers as they arrive, ``combine(acc, answer)`` from ``identity``, into one value.
+their answers as they arrive, ``combine(acc, answer)`` from ``identity``, into one value,
+when its future is first observed (as Monarch's does).
 """
 
 from __future__ import annotations
 
 import random
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, Literal, TypeVar
 
-from .._hosts import Runtime
 from .._shape import Shape
 from ._future import Future
 from ._ports import Port
+from ._returns_future import returns_future
 
 __all__ = ["Accumulator", "send"]
 
@@ -62,10 +62,11 @@ class Accumulator(Generic[A, R]):
     """Folds the answers of every actor of a mesh to one call into one value.
 
     Args:
-        endpoint: the endpoint to call (``mesh.step``).
+        endpoint: the endpoint to call (``mesh.step``); anything whose
+            ``stream(*args, **kwargs)`` gives an iterable of futures will do.
         identity: the starting value.
         combine: ``combine(acc, answer)`` gives the next value, once per answer, in the
-            order the answers arrive.
+            order of the stream (for a mesh's endpoint: the order the answers arrive).
     """
 
     def __init__(self, endpoint: Any, identity: A, combine: Callable[[A, R], A]) -> None:
@@ -74,40 +75,21 @@ class Accumulator(Generic[A, R]):
         self._combine = combine
 
     def accumulate(self, *args: Any, **kwargs: Any) -> Future[A]:
-        """Call every actor; the future's value is the fold of their answers (the first
-        error, if one raised)."""
-        stream = self._endpoint.stream(*args, **kwargs)
-        fold = _Fold(self._identity, self._combine, len(stream))
-        for future in stream:  # resolved in arrival order, so folded in that order
-            future.add_done_callback(fold.add)
-        return fold.result
+        """Call every actor now; the future's value is the fold of their answers.
 
+        As in Monarch, the fold runs when the future is first observed, where it is
+        observed (a ``@returns_future`` body: ``await`` on the awaiting loop, ``get()`` on
+        the calling thread), and stops at the first error (an answer's or ``combine``'s),
+        which is the future's.
 
-class _Fold(Generic[A, R]):
-    """The state of one ``accumulate``: the value so far and the answers still to come."""
+        Raises:
+            Exception: what ``endpoint.stream`` raised (the call could not be made).
+        """
+        return self._fold(self._endpoint.stream(*args, **kwargs))
 
-    def __init__(self, identity: A, combine: Callable[[A, R], A], count: int) -> None:
-        self.value = identity
-        self.combine = combine
-        self.left = count
-        self.lock = threading.Lock()
-        self.result: Future[A] = Future._new(Runtime.get().in_loop_thread)
-        if count == 0:
-            self.result._set_result(identity)
-
-    def add(self, answer: Future[R]) -> None:
-        error = answer.exception()
-        with self.lock:
-            if self.result.done():
-                return
-            if error is None:
-                try:
-                    self.value = self.combine(self.value, answer.result())
-                except Exception as failure:
-                    error = failure
-            self.left -= 1
-            finished = self.left == 0
-        if error is not None:
-            self.result._set_exception(error)
-        elif finished:
-            self.result._set_result(self.value)
+    @returns_future
+    async def _fold(self, results: Iterable[Future[R]]) -> A:
+        value = self._identity
+        for result in results:
+            value = self._combine(value, await result)
+        return value
