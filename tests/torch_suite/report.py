@@ -36,6 +36,7 @@ Records = dict[str, dict[str, Any]]
 def run_backend(backend: str, pytest_args: list[str], keep: Path | None) -> tuple[Records, float]:
     """Run the full selection on ``backend``; its per-test records and wall time."""
     target = (keep or Path("/tmp")) / f"torch-suite-{backend}-{os.getpid()}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
         "ACTORMESH_TORCH_SUITE": "full",
