@@ -43,17 +43,8 @@ if TYPE_CHECKING:
     from ._api._ports import PortReceiver as PortReceiver
     from ._api._proc_mesh import ProcMesh as ProcMesh
     from ._api._proc_mesh import proc_mesh as proc_mesh
-    from ._api._routing import Affinity as Affinity
-    from ._api._routing import ChoosePolicy as ChoosePolicy
-    from ._api._routing import LeastLoaded as LeastLoaded
-    from ._api._routing import PowerOfTwo as PowerOfTwo
-    from ._api._routing import Random as Random
-    from ._api._routing import RoundRobin as RoundRobin
-    from ._api._routing import WorkQueue as WorkQueue
     from ._api._send import Accumulator as Accumulator
     from ._api._send import send as send
-    from ._api._sharding import Dispatch as Dispatch
-    from ._api._sharding import split_along as split_along
     from ._api._supervision import set_failure_hook as set_failure_hook
     from ._config import Config as Config
     from ._core._debugger import debug as debug
@@ -71,6 +62,15 @@ if TYPE_CHECKING:
     from ._exceptions import NotAnEndpointError as NotAnEndpointError
     from ._exceptions import SerializationError as SerializationError
     from ._exceptions import SupervisionError as SupervisionError
+    from ._pure._routing import Affinity as Affinity
+    from ._pure._routing import ChoosePolicy as ChoosePolicy
+    from ._pure._routing import LeastLoaded as LeastLoaded
+    from ._pure._routing import PowerOfTwo as PowerOfTwo
+    from ._pure._routing import Random as Random
+    from ._pure._routing import RoundRobin as RoundRobin
+    from ._pure._routing import WorkQueue as WorkQueue
+    from ._pure._sharding import Dispatch as Dispatch
+    from ._pure._sharding import split_along as split_along
     from ._shape import Extent as Extent
     from ._shape import Point as Point
     from ._shape import Shape as Shape
@@ -151,20 +151,20 @@ _WHERE: dict[str, str] = {
     "ActorInitError": "._exceptions",
     "ActorMesh": "._api._actor_mesh",
     "ActorMeshError": "._exceptions",
-    "Affinity": "._api._routing",
+    "Affinity": "._pure._routing",
     "CallTimeoutError": "._exceptions",
     "Channel": "._api._ports",
-    "ChoosePolicy": "._api._routing",
+    "ChoosePolicy": "._pure._routing",
     "Config": "._config",
     "DimensionError": "._exceptions",
-    "Dispatch": "._api._sharding",
+    "Dispatch": "._pure._sharding",
     "Endpoint": "._api._endpoint",
     "EndpointNotFoundError": "._exceptions",
     "Extent": "._shape",
     "Failure": "._api._mesh_state",
     "Future": "._api._future",
     "HostMesh": "._api._host_mesh",
-    "LeastLoaded": "._api._routing",
+    "LeastLoaded": "._pure._routing",
     "MeshBusyError": "._exceptions",
     "MeshStoppedError": "._exceptions",
     "MessageTooLargeError": "._exceptions",
@@ -172,16 +172,16 @@ _WHERE: dict[str, str] = {
     "Point": "._shape",
     "Port": "._api._ports",
     "PortReceiver": "._api._ports",
-    "PowerOfTwo": "._api._routing",
+    "PowerOfTwo": "._pure._routing",
     "ProcMesh": "._api._proc_mesh",
-    "Random": "._api._routing",
-    "RoundRobin": "._api._routing",
+    "Random": "._pure._routing",
+    "RoundRobin": "._pure._routing",
     "SerializationError": "._exceptions",
     "Shape": "._shape",
     "SupervisionError": "._exceptions",
     "ValueMesh": "._shape",
     "ValueStream": "._api._adverbs",
-    "WorkQueue": "._api._routing",
+    "WorkQueue": "._pure._routing",
     "actor_mesh": "._api._actor_group",
     "as_endpoint": "._api._endpoint",
     "attach_to_workers": "._api._host_mesh",
@@ -198,7 +198,7 @@ _WHERE: dict[str, str] = {
     "proc_mesh": "._api._proc_mesh",
     "send": "._api._send",
     "set_failure_hook": "._api._supervision",
-    "split_along": "._api._sharding",
+    "split_along": "._pure._sharding",
     "this_host": "._api._host_mesh",
     "this_proc": "._api._host_mesh",
 }

@@ -181,8 +181,9 @@ class ActorError(ActorMeshError):
         text = f"{self.cause_type}: {self.cause_message} (raised by {self.where()})"
         if self.remote_traceback:
             text += "\n\nRemote traceback:\n" + self.remote_traceback.rstrip()
-        if self.endpoint and self.endpoint != "__init__":
-            # Monarch's first line ("Actor call trainer.step failed."), then ours.
+        if self.endpoint and not self.endpoint.startswith("__"):
+            # Monarch's first line ("Actor call trainer.step failed."), then ours (not for
+            # __init__, hooks and the library's own calls into actors).
             return f"Actor call {self.mesh}.{self.endpoint} failed.\n {text}"
         return text
 

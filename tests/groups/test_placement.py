@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actormesh._api._placement import Placement, plan, resources_from, visible_gpus
+from actormesh._api._host_resources import visible_gpus
+from actormesh._pure import Placement, plan, resources_from
 
 
 @given(

@@ -23,6 +23,7 @@ LAYERS: dict[str, float] = {
     "_shape": 0,
     "_exceptions": 0,
     "_config": 0,
+    "_pure": 0,
     "_transport": 1,
     "_core": 2,
     "_hosts": 3,

@@ -8,12 +8,13 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actormesh._api._routing import (
+from actormesh._pure._routing import (
     Affinity,
     ChoosePolicy,
     LeastLoaded,
@@ -23,6 +24,7 @@ from actormesh._api._routing import (
     RoundRobin,
     WorkQueue,
     policy_from,
+    takes_key,
 )
 
 POLICY_NAMES = ["affinity", "least_loaded", "power_of_two", "random", "round_robin", "work_queue"]
@@ -235,7 +237,7 @@ def test_affinity_preference_is_the_same_in_another_process() -> None:
     keys = ["alpha", "beta", ("x", 2), b"raw", 3.5]
     here = [Affinity().preference(k, range(12)) for k in keys]
     code = (
-        "from actormesh._api._routing import Affinity;"
+        "from actormesh._pure._routing import Affinity;"
         f"print([Affinity().preference(k, range(12)) for k in {keys!r}])"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -340,7 +342,7 @@ def test_policy_from_rejects_objects_without_choose() -> None:
 
 def test_routing_imports_neither_numpy_nor_torch() -> None:
     code = (
-        "import sys, actormesh._api._routing, actormesh._api._sharding;"
+        "import sys, actormesh._pure._routing, actormesh._pure._sharding;"
         "print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -348,3 +350,25 @@ def test_routing_imports_neither_numpy_nor_torch() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_a_policy_says_whether_a_keyed_call_is_its_to_route() -> None:
+    from actormesh._api._choose import keyed
+
+    class KeyBlind:
+        uses_key = False
+
+        def choose(self, candidates: Any, in_flight: Any, key: Hashable | None = None) -> int:
+            return int(candidates[0])
+
+    class KeyAware:  # says nothing: it gets the key
+        def choose(self, candidates: Any, in_flight: Any, key: Hashable | None = None) -> int:
+            return int(candidates[-1])
+
+    affinity = Affinity()
+    for policy in (KeyBlind(), PowerOfTwo(), RoundRobin(), WorkQueue()):
+        assert keyed(policy, "user-3", lambda: affinity) is affinity
+        assert keyed(policy, None, lambda: affinity) is policy
+    aware = KeyAware()
+    assert keyed(aware, "user-3", lambda: affinity) is aware
+    assert takes_key(aware) and takes_key(affinity) and not takes_key(LeastLoaded())

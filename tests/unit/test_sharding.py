@@ -11,7 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actormesh._api._sharding import (
+from actormesh._pure._sharding import (
     CallbackDispatch,
     Dispatch,
     SplitAlong,

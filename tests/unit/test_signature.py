@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actormesh._api._signature import Arity
+from actormesh._pure._signature import Arity
 
 
 class Sample:

@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from typing import Self
 
     from .._observe import Stacks
+    from .._pure._routing import ChoosePolicy
     from .._shape import Extent, Shape
     from ._future import Future
-    from ._routing import ChoosePolicy
 
 __all__ = ["Actor", "SpawnSpec", "endpoint_table", "missing_endpoint", "point_of"]
 

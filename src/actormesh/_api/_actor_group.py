@@ -14,14 +14,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from .._hosts import Runtime
+from .._pure import Placement, plan, resources_from
+from .._pure._routing import ChoosePolicy, policy_from
 from .._shape import Point, Shape
 from ._actor import Actor
 from ._choose import WhenFull, check_limits
 from ._future import Future
+from ._host_resources import pin, visible_gpus
 from ._mesh_state import MeshState
-from ._placement import Placement, pin, plan, resources_from, visible_gpus
 from ._proc_mesh import _from_concurrent, proc_mesh
-from ._routing import ChoosePolicy, policy_from
 
 __all__ = ["actor_mesh"]
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from .._core._envelope import STOP_MESH
 from .._exceptions import ActorDiedError
 from .._hosts import Runtime
+from .._pure._routing import Affinity, ChoosePolicy, policy_from
 from .._shape import Point, Shape, Shaped
 from ._actor import missing_endpoint
 from ._adverbs import Adverbs
@@ -23,7 +24,6 @@ from ._choose import ChooseSettings, WhenFull
 from ._endpoint import Endpoint, EndpointOptions, NotAnEndpoint
 from ._future import Future, resolved
 from ._mesh_state import DEFAULT_STOP_REASON, MeshState, state_of
-from ._routing import Affinity, ChoosePolicy, policy_from
 
 if TYPE_CHECKING:
     from .._observe import Stacks

@@ -26,11 +26,11 @@ from .._exceptions import (
     endpoint_named,
 )
 from .._hosts import Runtime
+from .._pure._sharding import CallbackDispatch, as_dispatch
 from .._shape import ValueMesh
 from ._actor import point_of
 from ._choose import WhenFull, check_limits, keyed, submit
 from ._future import Future, resolved
-from ._sharding import CallbackDispatch, as_dispatch
 from ._timeouts import INSPECT_WAIT, Inspection, timeout_error
 
 if TYPE_CHECKING:

@@ -24,18 +24,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._exceptions import ActorDiedError, CallTimeoutError, MeshBusyError
 from .._hosts import Runtime
-from ._future import Future
-from ._routing import (
+from .._pure._routing import (
     Affinity,
     ChoosePolicy,
-    LeastLoaded,
     NoCapacity,
-    PowerOfTwo,
-    Random,
-    RoundRobin,
     WorkQueue,
     policy_from,
+    takes_key,
 )
+from ._future import Future
 
 if TYPE_CHECKING:
     from ._mesh_state import MeshState
@@ -43,10 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["ChooseSettings", "WhenFull", "submit"]
 
 WhenFull = Literal["wait", "error"]
-
-# Built-in policies that ignore the routing key: a call with a key routes by Affinity
-# instead, so passing a key is never silently ignored.
-_KEYLESS = (PowerOfTwo, Random, RoundRobin, LeastLoaded, WorkQueue)
 
 # Sends a call to a rank whose in-flight count was already raised at the given start time.
 SendFn = Callable[[int, float], Future[Any]]
@@ -84,7 +77,7 @@ def check_limits(max_in_flight: int | None, when_full: str | None) -> None:
 
 def keyed(policy: ChoosePolicy, key: Hashable | None, affinity: Callable[[], Affinity]) -> Any:
     """The policy that routes a call with ``key``: an `Affinity` if ``policy`` ignores keys."""
-    if key is not None and isinstance(policy, _KEYLESS):
+    if key is not None and not takes_key(policy):
         return affinity()
     return policy
 

@@ -345,7 +345,9 @@ def traced(fn: Callable[P, T] | None = None, *, name: str | None = None) -> Any:
 # -- configuration -----------------------------------------------------------------------------
 
 config = types.SimpleNamespace(
-    prefix_python_logs_with_actor=True,  # actormesh prefixes actor output (Config.output)
+    # Log records made inside actors name them: "[actor=<root>.<mod.Cls name{...}>] ..."
+    # (see _actor_logs). Read at each record, so it may be changed at any time.
+    prefix_python_logs_with_actor=True,
 )
 """Monarch's configuration module, for programs that read it (actormesh's settings are
 ``actormesh.Config``)."""

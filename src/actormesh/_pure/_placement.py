@@ -1,21 +1,17 @@
-"""Placement of one-actor processes on this host: CPU sets, GPUs, environment.
+"""Placement of one-actor processes on a host, planned: CPU sets and GPUs per rank.
 
-The planning is pure: given the CPUs and GPUs this process may use and what each actor
-asks for, `plan` gives every rank its own disjoint CPU set and GPU list, or says clearly
-why they do not fit. Two small functions do the I/O: `visible_gpus` (which GPUs exist,
-without importing torch) and `pin` (apply a CPU set to every thread of a process).
+Given the CPUs and GPUs a process may hand out and what each actor asks for, `plan`
+gives every rank its own disjoint CPU set and GPU list, or says clearly why they do not
+fit. Pure: the facts come in as arguments (``_api._host_resources`` reads them from the
+system and applies the plan).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-__all__ = ["Placement", "pin", "plan", "resources_from", "visible_gpus"]
+__all__ = ["Placement", "plan", "resources_from"]
 
 _RESOURCE_KEYS = {"CPU": "cpus", "GPU": "gpus", "num_cpus": "cpus", "num_gpus": "gpus"}
 
@@ -116,36 +112,3 @@ def plan(
 
 def _ranges(cpus: Sequence[int]) -> str:
     return ",".join(str(c) for c in cpus) or "none"
-
-
-def visible_gpus(environ: Mapping[str, str] | None = None, root: str = "/") -> list[str]:
-    """The GPU ids this process may hand out, found without importing torch.
-
-    ``CUDA_VISIBLE_DEVICES`` when set (its ids as given, so UUIDs work); otherwise one id
-    per NVIDIA device the driver lists under ``/proc/driver/nvidia/gpus`` or ``/dev``.
-    """
-    env = os.environ if environ is None else environ
-    listed = env.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return [part.strip() for part in listed.split(",") if part.strip()]
-    proc = Path(root, "proc/driver/nvidia/gpus")
-    with contextlib.suppress(OSError):
-        count = sum(1 for _ in proc.iterdir())
-        if count:
-            return [str(i) for i in range(count)]
-    with contextlib.suppress(OSError):
-        nodes = [p.name for p in Path(root, "dev").iterdir() if re.fullmatch(r"nvidia\d+", p.name)]
-        return [str(i) for i in range(len(nodes))]
-    return []
-
-
-def pin(pid: int, cpus: Sequence[int]) -> None:
-    """Restrict every thread of process ``pid`` to ``cpus``; threads it starts later inherit.
-
-    Raises:
-        OSError: the process is gone, or the CPUs are not allowed.
-    """
-    threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
-    for tid in threads:
-        with contextlib.suppress(ProcessLookupError):  # a thread that just ended
-            os.sched_setaffinity(tid, cpus)
