@@ -27,6 +27,7 @@ __all__ = [
     "RoundRobin",
     "WorkQueue",
     "policy_from",
+    "takes_key",
 ]
 
 
@@ -40,7 +41,12 @@ class NoCapacity(Exception):
 
 @runtime_checkable
 class ChoosePolicy(Protocol):
-    """Picks one rank among the live ranks of a mesh for a ``choose`` call."""
+    """Picks one rank among the live ranks of a mesh for a ``choose`` call.
+
+    A policy may declare ``uses_key = False``: it ignores routing keys, so a call made
+    with a key is routed by `Affinity` instead (a key is never silently dropped). A
+    policy that does not declare it gets the key (see `takes_key`).
+    """
 
     def choose(
         self, candidates: Sequence[int], in_flight: Sequence[int], key: Hashable | None = None
@@ -57,6 +63,12 @@ class ChoosePolicy(Protocol):
             ValueError: ``candidates`` is empty or its length differs from ``in_flight``'s.
         """
         ...
+
+
+def takes_key(policy: ChoosePolicy) -> bool:
+    """Whether ``policy`` routes by the key of a keyed call (its ``uses_key``, True when
+    it does not say)."""
+    return bool(getattr(policy, "uses_key", True))
 
 
 def _check(candidates: Sequence[int], in_flight: Sequence[int]) -> None:
@@ -93,6 +105,8 @@ class PowerOfTwo:
         seed: Seed for the policy's own random generator (for reproducible tests).
     """
 
+    uses_key = False  # a keyed call goes to Affinity
+
     def __init__(self, seed: int | None = None) -> None:
         self._rng = random.Random(seed)
 
@@ -115,6 +129,8 @@ class Random:
         seed: Seed for the policy's own random generator.
     """
 
+    uses_key = False  # a keyed call goes to Affinity
+
     def __init__(self, seed: int | None = None) -> None:
         self._rng = random.Random(seed)
 
@@ -132,6 +148,8 @@ class RoundRobin:
     The rotation remembers the last rank chosen, so a rank that disappears is
     skipped and one that comes back rejoins in its place without restarting the cycle.
     """
+
+    uses_key = False  # a keyed call goes to Affinity
 
     def __init__(self) -> None:
         self._cursor = _Cursor()
@@ -155,6 +173,8 @@ class LeastLoaded:
     Breaking ties round-robin (rather than always taking the lowest rank) spreads
     a burst of calls over equally idle ranks.
     """
+
+    uses_key = False  # a keyed call goes to Affinity
 
     def __init__(self) -> None:
         self._cursor = _Cursor()
@@ -181,6 +201,8 @@ class WorkQueue:
     Args:
         capacity: Calls a rank may have in flight at once (at least 1).
     """
+
+    uses_key = False  # a keyed call goes to Affinity
 
     def __init__(self, capacity: int = 1) -> None:
         if capacity < 1:
@@ -259,6 +281,8 @@ class Affinity:
             preferred rank may have before the key spills to its next rank (at least 0).
         seed: Seed for the `PowerOfTwo` used for calls without a key.
     """
+
+    uses_key = True
 
     def __init__(self, max_imbalance: int = 2, seed: int | None = None) -> None:
         if max_imbalance < 0:

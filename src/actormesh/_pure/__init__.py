@@ -1,0 +1,46 @@
+"""Layer 0, pure: policies and plans computed from plain data, with no I/O.
+
+``choose`` policies (``_routing``), how ``shard`` splits arguments and combines results
+(``_sharding``), the summary of an endpoint's signature that checks calls at the call
+site (``_signature``), and the placement plan of one-actor processes (``_placement``).
+They import nothing of actormesh above layer 0, so each is tested alone (hypothesis
+properties in ``tests/unit``), and the layers above, the Ray face included, use them
+without the runtime.
+"""
+
+from __future__ import annotations
+
+from ._placement import Placement, plan, resources_from
+from ._routing import (
+    Affinity,
+    ChoosePolicy,
+    LeastLoaded,
+    NoCapacity,
+    PowerOfTwo,
+    Random,
+    RoundRobin,
+    WorkQueue,
+    policy_from,
+)
+from ._sharding import CallbackDispatch, Dispatch, as_dispatch, split_along
+from ._signature import Arity
+
+__all__ = [
+    "Affinity",
+    "Arity",
+    "CallbackDispatch",
+    "ChoosePolicy",
+    "Dispatch",
+    "LeastLoaded",
+    "NoCapacity",
+    "Placement",
+    "PowerOfTwo",
+    "Random",
+    "RoundRobin",
+    "WorkQueue",
+    "as_dispatch",
+    "plan",
+    "policy_from",
+    "resources_from",
+    "split_along",
+]
