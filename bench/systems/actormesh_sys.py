@@ -1,4 +1,4 @@
-"""actormesh, through its public API only (DESIGN.md §2).
+"""actormesh, through its public API only (the README's API tour).
 
 ``await proc_mesh(gpus=n)``, ``await procs.spawn(name, Cls)``, ``call_one`` on a
 singleton slice, ``call`` returning a ``ValueMesh``, futures awaited or ``.get()``.

@@ -34,7 +34,8 @@ def test_a_call_over_many_ranks_fails_as_soon_as_one_dies(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:
     # The survivors sleep far longer than the wait: the call must fail with the death
-    # (DESIGN §4.4: it resolves when a member died), not time out waiting for them.
+    # (it resolves when a member died: docs/architecture.md, "Call paths"), not time out
+    # waiting for them.
     mesh = procs.spawn("many", Worker)
     pids = list(mesh.pid.call().get(timeout=10).values())
     answered = mesh.echo.call("x")  # an earlier call, answered by everyone

@@ -237,7 +237,8 @@ def test_method_takes_every_form_of_the_decorator() -> None:
 
 
 def test_a_mesh_travels_to_ray_actors_and_they_call_it(ray_cluster: Any) -> None:
-    # DESIGN: actors hold references to other meshes and call them directly.
+    # Actors hold references to other meshes and call them directly (docs/architecture.md,
+    # "Actor to actor").
     generators = ActorMesh(Generator, (), {}, shape=(2,), resources_per_actor={"CPU": 0.1})
     pusher = ActorMesh(Pusher, (generators,), {}, shape=1, resources_per_actor={"CPU": 0.1})
     try:

@@ -1,4 +1,4 @@
-"""Each module imports only from its own layer or below (DESIGN.md §3).
+"""Each module imports only from its own layer or below (docs/architecture.md, "Layers").
 
 The check reads the source with ``ast``; nothing is imported. Imports inside functions
 count (a lazy import still couples the layers); imports under ``if TYPE_CHECKING:`` do
@@ -17,8 +17,9 @@ import pytest
 PACKAGE = "actormesh"
 SRC = Path(__file__).resolve().parents[2] / "src" / PACKAGE
 
-# Top-level names under actormesh/ and their layer (DESIGN.md §3); anything else at top
-# level is public API beside the package root (the Monarch and Ray faces).
+# Top-level names under actormesh/ and their layer (docs/architecture.md, "Layers");
+# anything else at top level is public API beside the package root (the Monarch and Ray
+# faces).
 LAYERS: dict[str, float] = {
     "_shape": 0,
     "_exceptions": 0,
@@ -170,8 +171,8 @@ def test_source_tree_has_modules_to_check() -> None:
 
 def test_every_module_imports_only_from_its_layer_or_below() -> None:
     violations = find_violations()
-    assert not violations, "imports that break the layering (DESIGN.md §3):\n" + "\n".join(
-        f"  {v}" for v in violations
+    assert not violations, "imports that break the layering (docs/architecture.md, 'Layers'):\n" + (
+        "\n".join(f"  {v}" for v in violations)
     )
 
 

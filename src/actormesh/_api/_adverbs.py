@@ -407,8 +407,9 @@ class _Gather(_Request):
         self.future._set_exception(error)
 
     def _after_losses(self) -> None:
-        # A member died: the call fails now (DESIGN §4.4), not when the others are done
-        # (a survivor may run for minutes): with the answers that came so far.
+        # A member died: the call fails now (docs/architecture.md, "Call paths"), not when
+        # the others are done (a survivor may run for minutes): with the answers that came
+        # so far.
         if self.deaths:
             self._fail_with_deaths()
 
