@@ -12,6 +12,7 @@ per process). Tests that kill, stop or freeze processes start meshes of their ow
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,9 +22,11 @@ import actormesh
 from actormesh import ProcMesh, proc_mesh
 
 HERE = Path(__file__).resolve().parent
+# The tests' shared helpers (tests/tensor_facts.py) too, for workers and this process.
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p
+    p for p in (str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")) if p
 )
+sys.path.append(str(HERE.parent))
 
 
 @pytest.fixture(scope="module")

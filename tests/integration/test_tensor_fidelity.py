@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 import torch
-from fidelity_actors import LARGE, TensorProbe, cases, facts
+from fidelity_actors import TensorProbe
 
 from actormesh import ActorMesh, ProcMesh, this_host
+from tensor_facts import LARGE, cases, facts
 
 pytestmark = pytest.mark.timeout(120)
 
