@@ -1,12 +1,9 @@
 """``Future.get()`` inside an ``async`` endpoint, in ``monarch.actor`` 0.7.
 
 Monarch warns that ``get()`` blocks the actor's event loop, and then does block it: the
-endpoint gets the other actor's answer. actormesh differs on purpose
-(docs/from-monarch.md, "What differs"): the endpoint runs on the event loop that reads
-the replies, so it raises ``RuntimeError`` instead of deadlocking. The check lives on
-its own so that ``futures_streams.py`` is enforced in full on actormesh, and
-``tests/compat/test_compat_programs.py`` pins this program's failure on actormesh to
-that ``RuntimeError``.
+endpoint gets the other actor's answer. actormesh does the same: an ``async`` endpoint
+runs on its actor's own event loop, not on the one that reads the replies, so the
+blocking ``get()`` waits for the value there and stalls only that actor.
 """
 
 from __future__ import annotations
