@@ -707,3 +707,33 @@ class OwnsMeshes(Actor):
     def ready(self) -> str:
         self.on_lent.ping.call().get(timeout=30)
         return self.on_own.ping.call_one().get(timeout=30)
+
+
+class RunsWhatItIsGiven(Actor):
+    """A nested actor: ``run`` raises when told to, ``pid`` says where it lives."""
+
+    @endpoint
+    def run(self, fail: bool) -> str:
+        if fail:
+            raise ValueError("nested failure")
+        return "ran"
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class Nests(Actor):
+    """Owns a nested mesh on processes of its own and handles none of its failures."""
+
+    def __init__(self) -> None:
+        procs = this_host().spawn_procs(per_host={"a_dim": 1})
+        self.nested = procs.spawn("nested", RunsWhatItIsGiven)
+
+    @endpoint
+    def fail_nested(self) -> None:
+        self.nested.run.broadcast(True)
+
+    @endpoint
+    def kill_nested(self) -> None:
+        os.kill(self.nested.pid.call_one().get(timeout=30), 9)

@@ -8,6 +8,7 @@ mesh), so the tests look only at the failures of the meshes they spawned.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
         BackloggedOwner,
         DiesOfABaseException,
         Echo,
+        Nests,
         Parent,
         Victim,
         WaitsForItsSupervisor,
@@ -34,6 +36,7 @@ else:
         BackloggedOwner,
         DiesOfABaseException,
         Echo,
+        Nests,
         Parent,
         Victim,
         WaitsForItsSupervisor,
@@ -335,3 +338,31 @@ def test_a_base_exception_ends_the_actor_before_its_next_message(
             actor.after.call_one().get(timeout=30)
     finally:
         procs.stop().get(timeout=30)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("how", "why"),
+    [
+        ("fail_nested", "actor explicitly aborted due to: .*nested failure"),
+        ("kill_nested", r"the process this actor was running on failed: Killed\(sig=9\)"),
+    ],
+)
+def test_a_failure_passed_up_names_the_actor_that_failed_first(
+    fault_hook: list[MeshFailure], how: str, why: str
+) -> None:
+    # As Monarch's report: the deepest failed actor, with its creators, and why.
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        top = procs.spawn("top", Nests)
+        getattr(top, how).call_one().get(timeout=60)
+        wait_until(lambda: any(f.mesh_name == "top" for f in fault_hook), 60, "the report")
+    finally:
+        procs.stop().get(timeout=30)
+    report = next(f for f in fault_hook if f.mesh_name == "top").report()
+    nested = (
+        "<root>.<monarch_actors.Nests top{'gpus': 0/1}>"
+        ".<monarch_actors.RunsWhatItIsGiven nested{'a_dim': 0/1}>"
+    )
+    assert report.startswith(f"The actor {nested} and all its descendants have failed:\n"), report
+    assert re.search(why, report, re.DOTALL), report

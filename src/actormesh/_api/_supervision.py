@@ -251,8 +251,13 @@ def _on_failure_frame(mesh_id: str, rank: int, endpoint: str, payload: memoryvie
         return
     # The worker dropped the actor (see _core._hosting): it is gone for good.
     state.dead.setdefault(rank, f"dropped after a failure ({kind} of '{endpoint}')")
-    cause = f"actor explicitly aborted due to: {error}"
-    report(state, Failure(state.name, (rank,), kind, error, actor_name(state, rank), cause))
+    actor, cause = actor_name(state, rank), f"actor explicitly aborted due to: {error}"
+    origin = getattr(getattr(error, "cause", None), "failure", None)
+    if kind == "unhandled" and isinstance(origin, Failure) and origin.actor:
+        # An owner passed up a failure of a mesh of its own: the report names the actor
+        # that failed first, deepest in the tree, and why (as Monarch's does).
+        actor, cause = origin.actor, origin.cause or cause
+    report(state, Failure(state.name, (rank,), kind, error, actor, cause))
 
 
 def _on_process_exit(child: ChildProcess, reason: str) -> None:
