@@ -267,6 +267,16 @@ def contract(rank: int, world_size: int, backend: str) -> dict[str, Any]:
             [rpc.rpc_async("w1", scale, args=(ones, float(i))) for i in range(3)]
         ).wait()
         out["collect_all"] = [f.value().tolist() for f in collected]
+        # wait_all stops at the first future that fails, while another still waits.
+        slow = rpc.rpc_async("w1", parked, args=(7,))
+        failing = rpc.rpc_async("w2", fail_with, args=("early",))
+        try:
+            torch.futures.wait_all([slow, failing])
+            out["wait_all_early"] = "no error"
+        except ValueError as error:
+            out["wait_all_early"] = ["early" in str(error), slow.done()]
+        rpc.rpc_sync("w1", release_parked)
+        out["wait_all_early"].append(slow.wait())
         seen = threading.Event()
         fut = rpc.rpc_async("w2", whoami)
         fut.add_done_callback(lambda f: seen.set())

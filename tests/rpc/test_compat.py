@@ -106,6 +106,8 @@ def test_rpc_async_futures_support_wait_then_wait_all_collect_all_and_callbacks(
     assert contract["async_then"] == [20.0, 20.0]
     assert contract["wait_all"] == [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]
     assert contract["collect_all"] == [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]]
+    # The failure, typed, while the other call was still waiting; that one still answers.
+    assert contract["wait_all_early"] == [True, False, 107]
     assert contract["done_callback"] == ["w2", True]
 
 

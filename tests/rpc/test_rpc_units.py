@@ -148,3 +148,39 @@ def test_the_same_tensor_twice_in_a_message_arrives_as_one() -> None:
     tensor = torch.arange(3.0)
     a, b = _through_the_wire((tensor, tensor))  # type: ignore[misc]
     assert a is b
+
+
+def test_a_failed_rpc_future_stops_wait_all_with_the_exception_itself() -> None:
+    from actormesh.rpc import _future_errors
+
+    assert _future_errors.compiled(), "scripts/bootstrap builds actormesh.rpc's helper"
+
+    class Refused(KeyError):
+        pass
+
+    error = Refused("no")
+    failed: torch.futures.Future[int] = torch.futures.Future()
+    _future_errors.fail(failed, error)
+    assert failed.done()
+    for _ in range(2):  # each time the very object, as often as it is asked for
+        with pytest.raises(Refused) as caught:
+            failed.wait()
+        assert caught.value is error
+    never: torch.futures.Future[int] = torch.futures.Future()
+    with pytest.raises(Refused):
+        torch.futures.wait_all([never, failed])  # returns at once: never is never done
+    chained = failed.then(lambda fut: fut.wait())
+    with pytest.raises(RuntimeError, match="Refused"):
+        chained.wait()  # torch's own rule for a callback that raises
+
+
+def test_without_the_helper_a_failed_future_still_raises_its_exception(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from actormesh.rpc import _future_errors
+
+    monkeypatch.setattr(_future_errors, "_compiled", None)
+    failed: torch.futures.Future[int] = torch.futures.Future()
+    _future_errors.fail(failed, ValueError("typed"))
+    with pytest.raises(ValueError, match="typed"):
+        failed.wait()

@@ -206,14 +206,6 @@ for _suite, _sparse in (("DistAutogradTest", ""), ("TensorPipeAgentDistAutogradT
 # Tests that torch passes here and actormesh does not, each with the reason it is left
 # (same keys as SKIPS). These still run; report.py files their failures under the reason.
 DIFFERENCES: dict[str, str] = {
-    "RpcTest.test_wait_all_exit_early_builtin": (
-        "torch.futures.wait_all stops at the first failed future only when torch's C++ "
-        "marked it failed; a future completed from Python (set_exception, which keeps the "
-        "remote exception's type) cannot be, so wait_all waits for every future"
-    ),
-    "RpcTest.test_wait_all_exit_early_python": (
-        "as test_wait_all_exit_early_builtin: wait_all waits for every future"
-    ),
     "DistAutogradTest.test_backward_unused_send_function": (
         "deliberately better: torch's backward hangs forever when an RPC's result is "
         "unused (the test checks that it hangs); actormesh's completes"

@@ -23,6 +23,7 @@ from ._agent import Agent
 from ._dist_autograd import Context, Engine, current_context, engine
 from ._errors import RpcTimeoutError
 from ._execute import function_name, run_function, store_outcome
+from ._future_errors import fail
 from ._options import (
     DEFAULT_INIT_METHOD,
     DEFAULT_NUM_WORKER_THREADS,
@@ -378,7 +379,7 @@ def rpc_async(
                 raise reply
             value = decode_reply(state, reply, dest.id, ctx)
         except BaseException as error:
-            future.set_exception(error)
+            fail(future, error)  # (wait_all stops here, as at torch's failed futures)
         else:
             future.set_result(value)
 

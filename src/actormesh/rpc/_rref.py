@@ -18,6 +18,7 @@ import torch
 from ._dist_autograd import current_context
 from ._errors import RpcNotInitialized, RpcTimeoutError
 from ._execute import Deferred, is_async_execution
+from ._future_errors import fail
 from ._options import UNSET_RPC_TIMEOUT, resolve_timeout
 from ._replies import decode_reply, remote_error
 from ._rref_table import OwnerEntry, forks, owners
@@ -194,7 +195,7 @@ class RRef(Generic[T]):
                 try:
                     future.set_result(type(self.local_value()))
                 except BaseException as error:
-                    future.set_exception(error)  # type: ignore[arg-type]
+                    fail(future, error)
             else:
                 from . import _api
 
@@ -214,7 +215,7 @@ class RRef(Generic[T]):
         def done(outcome: ConcurrentFuture[None]) -> None:
             error = outcome.exception()
             if error is not None:
-                future.set_exception(error)  # type: ignore[arg-type]
+                fail(future, error)
             else:
                 future.set_result(None)
 
