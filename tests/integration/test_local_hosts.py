@@ -12,7 +12,7 @@ import pytest
 from integration_support import kill_controller_and_wait
 
 from actormesh import Actor, HostMesh, endpoint, host_mesh
-from actormesh._core._envelope import CAST, RELAY, decode_header
+from actormesh._core import headers
 from actormesh._hosts import Runtime
 
 pytestmark = pytest.mark.timeout(120)
@@ -57,7 +57,7 @@ def test_a_cast_costs_one_frame_per_local_host(hosts: HostMesh) -> None:
             originals[conn] = conn.send
 
             def counting(parts: Any, _send: Any = conn.send) -> None:
-                if decode_header(parts[0])[0] in (CAST, RELAY):
+                if headers.decode(parts[0])[0] in (headers.CAST, headers.RELAY):
                     counts.append(1)
                 _send(parts)
 

@@ -24,7 +24,7 @@ from multihost_support import HERE, Network, ip
 
 import actormesh
 from actormesh import ActorDiedError, ActorMesh, HostMesh, ProcMesh, host_mesh
-from actormesh._core._envelope import CAST, RELAY, decode_header
+from actormesh._core import headers
 from actormesh._hosts import Runtime
 from actormesh._hosts._forkserver import available as forks_available
 from actormesh._transport import Connection, route
@@ -117,7 +117,7 @@ def test_a_cast_costs_the_controller_one_frame_per_host(where: ActorMesh[Where])
         originals[conn] = conn.send
 
         def counting(parts: Any, _name: str = link.hostname, _send: Any = conn.send) -> None:
-            if decode_header(parts[0])[0] in (CAST, RELAY):  # not heartbeats
+            if headers.decode(parts[0])[0] in (headers.CAST, headers.RELAY):  # not heartbeats
                 counts[_name] = counts.get(_name, 0) + 1
             _send(parts)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from .._core._envelope import STOP_MESH
+from .._core import headers
 from .._exceptions import ActorDiedError
 from .._hosts import Runtime
 from .._pure._routing import Affinity, ChoosePolicy, policy_from
@@ -293,7 +293,7 @@ class ActorMesh(Shaped, Generic[T]):
         for path, _ in self._all_routes():
             try:
                 conn = runtime.connection(path)
-                runtime.send(conn, (STOP_MESH, req_id, self._ref.mesh_id), [])
+                runtime.send(conn, headers.StopMesh(req_id, self._ref.mesh_id), [])
                 request.conns.append(conn)
             except ActorDiedError:
                 runtime.call_soon(request.count)

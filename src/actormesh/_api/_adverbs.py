@@ -15,8 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .._core import dumps_arguments, loads
-from .._core._envelope import CALL, CANCEL, raised_error
+from .._core import dumps_arguments, headers, loads, raised_error
 from .._core._limits import check_message_size
 from .._exceptions import (
     ActorDiedError,
@@ -144,15 +143,11 @@ class _Request:
         """Count the call to ``rank`` in flight; its start time."""
         return self.state.started(rank)
 
-    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> tuple[Any, ...]:
+    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> headers.Header:
         """The frame header for ``ranks``; with a reply route's ``token``, if it has one,
         and the shape of a slice the call was made on (see ``_message_view``)."""
         view = self.mesh._message_view()
-        if view is not None:
-            return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint, token, None, view)
-        if token is None:
-            return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint)
-        return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint, token)
+        return headers.Call(self.req_id, self.ref.mesh_id, ranks, self.endpoint, token, None, view)
 
     def _fail_unreachable(self, ranks: tuple[int, ...], reason: str) -> None:
         for rank in ranks:
@@ -356,7 +351,9 @@ class _Request:
         for conn, ranks in by_conn.items():
             # Best effort: a process that is gone has nothing left to cancel.
             with contextlib.suppress(ActorDiedError):
-                self.runtime.send(conn, (CANCEL, self.req_id, self.ref.mesh_id, tuple(ranks)), [])
+                self.runtime.send(
+                    conn, headers.Cancel(self.req_id, self.ref.mesh_id, tuple(ranks)), []
+                )
         for rank, started in list(self.started.items()):
             self.state.finished(rank, started, False)
         self.started.clear()
@@ -622,10 +619,7 @@ class Adverbs:
         dead: dict[int, str] = {}
         outgoing = []
         for path, ranks in self.mesh._routes():
-            header: tuple[Any, ...] = (CALL, 0, mesh_id, ranks, ep.name)
-            view = self.mesh._message_view()
-            if port is not None or view is not None:
-                header = (*header, None, port, view)
+            header = headers.Call(0, mesh_id, ranks, ep.name, None, port, self.mesh._message_view())
             if runtime.relaunching(path):
                 later = functools.partial(_send_later, runtime, path, header, parts)
                 if runtime.when_back(path, later):

@@ -21,8 +21,7 @@ from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, TypeVar, cast
 
 from .. import _observe
-from .._core import dumps
-from .._core._envelope import SPAWN, STOP_MESH
+from .._core import dumps, headers
 from .._exceptions import ActorClassError, ActorDiedError, ActorInitError, MeshStoppedError
 from .._hosts import ChildProcess, Runtime
 from .._hosts._remote import Status
@@ -300,7 +299,7 @@ async def _stop_actors(runtime: Runtime, processes: _Processes, grace: float) ->
             continue
         request.conns.append(conn)
         for mesh_id in processes.meshes:
-            runtime.send(conn, (STOP_MESH, req_id, mesh_id), [])
+            runtime.send(conn, headers.StopMesh(req_id, mesh_id), [])
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(_awaited(future), grace)
 
@@ -320,8 +319,8 @@ class _Spawn(_Gather):
 
     routed = False  # answers come back on the runtime's connection, which watches them
 
-    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> tuple[Any, ...]:
-        return (SPAWN, self.req_id, self.ref.mesh_id, ranks)
+    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> headers.Header:
+        return headers.Spawn(self.req_id, self.ref.mesh_id, ranks)
 
     def _error(self, rank: int, error: BaseException) -> None:
         self.errors[rank] = error
@@ -490,7 +489,7 @@ class _OwnActors:
     async def stop(self, runtime: Runtime, processes: Sequence[ChildProcess], grace: float) -> None:
         conn = runtime.connection(runtime.listen_path)
         for mesh_id in self._processes.meshes:
-            runtime.send(conn, (STOP_MESH, 0, mesh_id), [])
+            runtime.send(conn, headers.StopMesh(0, mesh_id), [])
 
 
 _OWN: dict[int, ProcMesh] = {}

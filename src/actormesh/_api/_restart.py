@@ -30,8 +30,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._core import dumps
-from .._core._envelope import SPAWN
+from .._core import dumps, headers
 from .._exceptions import ActorDiedError
 from .._hosts import ChildProcess, Runtime
 from ._adverbs import _Request
@@ -186,8 +185,8 @@ class _Respawn(_Request):
 
     routed = False  # answers come back on the runtime's connection, which watches them
 
-    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> tuple[Any, ...]:
-        return (SPAWN, self.req_id, self.ref.mesh_id, ranks)
+    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> headers.Header:
+        return headers.Spawn(self.req_id, self.ref.mesh_id, ranks)
 
     def _value(self, rank: int, value: Any) -> None:
         pass

@@ -46,7 +46,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .._core._envelope import error_from_payload, error_payload
+from .._core import error_from_payload, error_payload
 from .._exceptions import ActorDiedError, SupervisionError
 from .._hosts import ChildProcess, Runtime
 from ._actor import point_of

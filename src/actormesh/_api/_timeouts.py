@@ -16,8 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._core import loads
-from .._core._envelope import INSPECT
+from .._core import headers, loads
 from .._core._inspect import explain
 from .._exceptions import ActorDiedError, CallTimeoutError, endpoint_named
 from .._hosts import Runtime
@@ -67,7 +66,7 @@ class Inspection:
             return
         self._req_id = self.runtime.register(self)
         for conn, ranks in self._by_conn.items():
-            header = (INSPECT, self._req_id, self._mesh_id, tuple(ranks), self._call_id)
+            header = headers.Inspect(self._req_id, self._mesh_id, tuple(ranks), self._call_id)
             try:
                 self.runtime.send(conn, header, [])
             except ActorDiedError:

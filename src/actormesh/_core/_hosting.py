@@ -19,10 +19,11 @@ from typing import Any, ClassVar
 from .._config import Config
 from .._exceptions import ActorDiedError, MeshStoppedError, endpoint_named
 from .._transport import Connection, TransportClosed
-from . import _envelope as env
+from . import _headers as hdr
 from . import _snapshot
 from ._debugger import paused
 from ._early_calls import EarlyCalls
+from ._error_payload import error_payload
 from ._event_loops import new_event_loop
 from ._inspect import describe
 from ._limits import check_message_size
@@ -154,7 +155,7 @@ class _Delivery:
         if self.answered:
             return
         self.answered = True
-        payload = env.error_payload(
+        payload = error_payload(
             error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint, as_sent=as_sent
         )
         unanswered = self.req_id == 0 and self.port is None
@@ -172,7 +173,7 @@ class _Delivery:
             self.mesh_id, self.rank, self.endpoint, payload
         )
         if not told and unanswered:
-            header = env.encode_header((env.FAILURE, self.mesh_id, self.rank, self.endpoint))
+            header = hdr.encode(hdr.Failure(self.mesh_id, self.rank, self.endpoint))
             with contextlib.suppress(TransportClosed):
                 self.conn.send([header, payload])
         if _Delivery.drop is not None:
@@ -182,7 +183,7 @@ class _Delivery:
         """The actor's ``__init__`` raised before this message ran: the caller gets the
         ``ActorInitError`` that calls arriving after the failure get."""
         self._answer_if_awaited(
-            env.error_payload(
+            error_payload(
                 error, mesh=self.mesh_name, point=self.point, endpoint="__init__", init=True
             )
         )
@@ -190,7 +191,7 @@ class _Delivery:
     def abandon(self, error: BaseException) -> None:
         """The actor was stopped or dropped before this message ran."""
         self._answer_if_awaited(
-            env.error_payload(error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint)
+            error_payload(error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint)
         )
 
     def _answer_if_awaited(self, payload: bytes) -> None:
@@ -217,13 +218,13 @@ class _Delivery:
         port = self.port
         if port is not None:
             address, port_id = port
-            header = env.encode_header((env.REPLY, port_id, self._message_rank(), ok))
+            header = hdr.encode(hdr.Reply(port_id, self._message_rank(), ok))
             connect = _Delivery.connect
             with contextlib.suppress(TransportClosed, OSError, ActorDiedError):
                 assert connect is not None
                 connect(address).send([header, *parts])
             return
-        parts = [env.encode_header((env.REPLY, self.req_id, self.rank, ok)), *parts]
+        parts = [hdr.encode(hdr.Reply(self.req_id, self.rank, ok)), *parts]
         # On the caller's reply route if it has one; else, or if that route has closed,
         # on the connection the call came in on (the caller's runtime reads that one).
         route = self.reply_conn
@@ -314,11 +315,8 @@ class Hosting:
     def _handle_call(
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
     ) -> None:
-        req_id, mesh_id, ranks, endpoint = header[1:5]
-        token = header[5] if len(header) > 5 else None
+        req_id, mesh_id, ranks, endpoint, token, port, view = hdr.read(hdr.Call, header)
         reply_conn = self._reply_conns.get(token) if token is not None else None
-        port = header[6] if len(header) > 6 else None
-        view = header[7] if len(header) > 7 else None
         actors = self._hosted.get(mesh_id)
         if actors is None:
             if self._early.hold(mesh_id, (conn, header, parts)):
@@ -338,9 +336,10 @@ class Hosting:
 
     def _handle_reply_to(self, conn: Connection, header: tuple[Any, ...]) -> None:
         # A caller's loop will read replies here; it waits for this confirmation.
-        self._reply_conns[header[1]] = conn
+        reply_to = hdr.read(hdr.ReplyTo, header)
+        self._reply_conns[reply_to.token] = conn
         with contextlib.suppress(TransportClosed):
-            conn.send([env.encode_header(header)])
+            conn.send([hdr.encode(reply_to)])
 
     def _forget_reply_conn(self, conn: Connection) -> None:
         for token, known in list(self._reply_conns.items()):
@@ -355,17 +354,15 @@ class Hosting:
             error = MeshStoppedError(
                 f"actor mesh {mesh_id!r} has no live actor of rank {rank} here"
             )
-            payload = env.error_payload(error, mesh=mesh_id, point={}, endpoint=endpoint)
-        head = (
-            (env.REPLY, req_id, rank, False) if req_id else (env.FAILURE, mesh_id, rank, endpoint)
-        )
+            payload = error_payload(error, mesh=mesh_id, point={}, endpoint=endpoint)
+        head = hdr.Reply(req_id, rank, False) if req_id else hdr.Failure(mesh_id, rank, endpoint)
         with contextlib.suppress(TransportClosed):
-            conn.send([env.encode_header(head), payload])
+            conn.send([hdr.encode(head), payload])
 
     def _handle_spawn(
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
     ) -> None:
-        _, req_id, mesh_id, ranks = header
+        req_id, mesh_id, ranks = hdr.read(hdr.Spawn, header)
         self._spawners[mesh_id] = conn
         actors = self._hosted.setdefault(mesh_id, {})
         spec = _SpawnSpec(mesh_id, parts)
@@ -384,10 +381,10 @@ class Hosting:
                 error: BaseException | None, rank: int = rank, hosted: _HostedActor = hosted
             ) -> None:
                 if error is None:
-                    reply = [env.encode_header((env.REPLY, req_id, rank, True)), dumps(None)[0]]
+                    reply = [hdr.encode(hdr.Reply(req_id, rank, True)), dumps(None)[0]]
                 else:
                     actors.pop(rank, None)
-                    payload = env.error_payload(
+                    payload = error_payload(
                         error,
                         mesh=hosted.mesh_name,
                         point=hosted.point,
@@ -396,7 +393,7 @@ class Hosting:
                     )
                     # Calls that come later get this error, not "no such actor".
                     self._absent_answers[(mesh_id, rank)] = payload
-                    reply = [env.encode_header((env.REPLY, req_id, rank, False)), payload]
+                    reply = [hdr.encode(hdr.Reply(req_id, rank, False)), payload]
                 with contextlib.suppress(TransportClosed):
                     conn.send(reply)
 
@@ -418,25 +415,25 @@ class Hosting:
         return [(rank, actors.get(rank), mine) for rank in ranks]
 
     def _handle_cancel(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, req_id, mesh_id, ranks = header
+        req_id, mesh_id, ranks = hdr.read(hdr.Cancel, header)
         for _rank, hosted, mine in self._deliveries(conn, mesh_id, ranks, req_id):
             if hosted is not None:
                 hosted.mailbox.cancel(mine)
 
     def _handle_inspect(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, req_id, mesh_id, ranks, call_id = header
+        req_id, mesh_id, ranks, call_id = hdr.read(hdr.Inspect, header)
         answers: dict[int, dict[str, Any]] = {}
         for rank, hosted, mine in self._deliveries(conn, mesh_id, ranks, call_id):
             if hosted is None:
                 answers[rank] = {"state": "absent", "busy": None}
             else:
                 answers[rank] = describe(hosted.mailbox, mine)
-        reply = [env.encode_header((env.REPLY, req_id, -1, True)), dumps(answers)[0]]
+        reply = [hdr.encode(hdr.Reply(req_id, -1, True)), dumps(answers)[0]]
         with contextlib.suppress(TransportClosed):
             conn.send(reply)
 
     def _handle_observe(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, req_id, what = header
+        req_id, what = hdr.read(hdr.Observe, header)
         actors = [
             (hosted.mesh_id, rank, hosted.mesh_name, hosted.point, hosted.mailbox)
             for by_rank in self._hosted.values()
@@ -492,7 +489,7 @@ class Hosting:
                 reason=f"dropped: {error}",
                 ranks=(rank,),
             )
-            self._absent_answers[(mesh_id, rank)] = env.error_payload(
+            self._absent_answers[(mesh_id, rank)] = error_payload(
                 gone, mesh=hosted.mesh_name, point=hosted.point, endpoint="", as_sent=True
             )
             hosted.mailbox.close(None, error)
@@ -507,13 +504,13 @@ class Hosting:
         if conn is None or conn.closed:
             return False
         try:
-            conn.send([env.encode_header((env.FAILURE, mesh_id, rank, endpoint)), payload])
+            conn.send([hdr.encode(hdr.Failure(mesh_id, rank, endpoint)), payload])
         except TransportClosed:
             return False
         return True
 
     def _handle_stop_mesh(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, req_id, mesh_id = header
+        req_id, mesh_id = hdr.read(hdr.StopMesh, header)
         self._spawners.pop(mesh_id, None)
         self._early.ended(mesh_id)
         for key in [key for key in self._absent_answers if key[0] == mesh_id]:
@@ -527,7 +524,7 @@ class Hosting:
                 return
             replied = True
             with contextlib.suppress(TransportClosed):
-                conn.send([env.encode_header((env.REPLY, req_id, -1, True)), dumps(None)[0]])
+                conn.send([hdr.encode(hdr.Reply(req_id, -1, True)), dumps(None)[0]])
 
         # Answer once every actor's close hooks have run (a process group torn down, say),
         # but never wait long for an actor stuck in a long `def` endpoint.

@@ -51,7 +51,7 @@ from .._transport import (
 )
 from .._transport._connection import CloseHandler
 from .._transport._frames import Buffer
-from . import _envelope as env
+from . import _headers as hdr
 from ._dispatch import Handler, Table, dispatch, frame_table
 from ._early_calls import EarlyCalls
 from ._event_loops import new_event_loop
@@ -257,8 +257,8 @@ class CoreRuntime(Hosting):
             runtime._parent = parent
         else:
             runtime._parent = runtime.connection(parent_path)
-        hello = (env.HELLO, runtime.address, os.getpid(), key, info or {})
-        runtime._parent.send([env.encode_header(hello)])
+        hello = hdr.Hello(runtime.address, os.getpid(), key, info or {})
+        runtime._parent.send([hdr.encode(hello)])
         return runtime
 
     async def _listen(self) -> None:
@@ -507,16 +507,17 @@ class CoreRuntime(Hosting):
     def send(
         self,
         conn: Connection,
-        header: tuple[Any, ...],
+        header: hdr.Header,
         parts: Sequence[Buffer],
         share: SegmentShare | None = None,
     ) -> None:
-        """Send one frame; raises ``ActorDiedError`` when the connection is gone.
+        """Send one frame (``header``: an instance of a class of ``_headers.KINDS``);
+        raises ``ActorDiedError`` when the connection is gone.
 
         ``share``: the same parts go to other processes of this host (see ``Connection``).
         """
         try:
-            conn.send([env.encode_header(header), *parts], share)
+            conn.send([hdr.encode(header), *parts], share)
         except TransportClosed as error:
             raise ActorDiedError(str(error), reason=str(error)) from None
 
@@ -530,22 +531,22 @@ class CoreRuntime(Hosting):
             return lambda conn, header, parts: handle(conn, header)
 
         handlers: dict[int, Handler] = {
-            env.REPLY: self._handle_reply,
-            env.REPLIES: self._handle_replies,
-            env.CALL: self._handle_call,
-            env.SPAWN: self._handle_spawn,
-            env.FAILURE: self._handle_failure,
-            env.HELLO: header_only(self._handle_hello),
-            env.STOP_MESH: header_only(self._handle_stop_mesh),
-            env.SHUTDOWN: header_only(self._handle_shutdown),
-            env.PING: header_only(self._handle_ping),
-            env.PONG: lambda conn, header, parts: self._heartbeat_answered(conn.peer),
-            env.CANCEL: header_only(self._handle_cancel),
-            env.INSPECT: header_only(self._handle_inspect),
-            env.OBSERVE: header_only(self._handle_observe),
-            env.REPLY_TO: header_only(self._handle_reply_to),
+            hdr.REPLY: self._handle_reply,
+            hdr.REPLIES: self._handle_replies,
+            hdr.CALL: self._handle_call,
+            hdr.SPAWN: self._handle_spawn,
+            hdr.FAILURE: self._handle_failure,
+            hdr.HELLO: header_only(self._handle_hello),
+            hdr.STOP_MESH: header_only(self._handle_stop_mesh),
+            hdr.SHUTDOWN: header_only(self._handle_shutdown),
+            hdr.PING: header_only(self._handle_ping),
+            hdr.PONG: lambda conn, header, parts: self._heartbeat_answered(conn.peer),
+            hdr.CANCEL: header_only(self._handle_cancel),
+            hdr.INSPECT: header_only(self._handle_inspect),
+            hdr.OBSERVE: header_only(self._handle_observe),
+            hdr.REPLY_TO: header_only(self._handle_reply_to),
         }
-        return frame_table(env.LAYOUTS, handlers, self._other_kind)
+        return frame_table(hdr.LAYOUTS, handlers, self._other_kind)
 
     def _on_frame(self, conn: Connection, parts: list[memoryview]) -> None:
         try:
@@ -568,7 +569,7 @@ class CoreRuntime(Hosting):
     def _handle_reply(
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
     ) -> None:
-        _, req_id, rank, ok = header
+        req_id, rank, ok = hdr.read(hdr.Reply, header)
         handler = self._pending.get(req_id)
         if handler is not None:
             if handler.on_reply(rank, ok, parts[1:]):
@@ -579,7 +580,7 @@ class CoreRuntime(Hosting):
     def _handle_failure(
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
     ) -> None:
-        _, mesh_id, rank, endpoint = header
+        mesh_id, rank, endpoint = hdr.read(hdr.Failure, header)
         if self.failure_handler is not None:
             self.failure_handler(mesh_id, rank, endpoint, parts[1])
 
@@ -589,7 +590,7 @@ class CoreRuntime(Hosting):
 
     def _handle_ping(self, conn: Connection, header: tuple[Any, ...]) -> None:
         # Answered here, on the loop, so a busy actor thread cannot delay it.
-        conn.send([env.encode_header((env.PONG, header[1]))])
+        conn.send([hdr.encode(hdr.Pong(hdr.read(hdr.Ping, header).seq))])
 
     def _other_kind(
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
@@ -604,7 +605,7 @@ class CoreRuntime(Hosting):
     ) -> None:
         # Replies a host agent gathered from the workers of its host, in one frame.
         offset = 1
-        for req_id, rank, ok, count in header[1]:
+        for req_id, rank, ok, count in hdr.read(hdr.Replies, header).replies:
             handler = self._pending.get(req_id)
             if handler is not None and handler.on_reply(rank, ok, parts[offset : offset + count]):
                 self._pending.pop(req_id, None)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .._transport import Connection, TransportClosed
-from . import _envelope as env
+from . import _headers as hdr
 from ._inspect import task_stack, thread_stacks
 from ._mailbox import Mailbox
 from ._serialization import dumps, loads
@@ -147,7 +147,7 @@ async def observe(
         req_id = runtime.register(_Request(conn, path, finish))
         waiting[path] = req_id
         try:
-            conn.send([env.encode_header((env.OBSERVE, req_id, what))])
+            conn.send([hdr.encode(hdr.Observe(req_id, what))])
         except TransportClosed as error:
             finish(path, {"error": str(error)})
     if waiting:
@@ -161,4 +161,4 @@ async def observe(
 def reply(conn: Connection, req_id: int, value: dict[str, Any]) -> None:
     """Send an OBSERVE answer back (loop thread)."""
     with contextlib.suppress(TransportClosed):
-        conn.send([env.encode_header((env.REPLY, req_id, -1, True)), dumps(value)[0]])
+        conn.send([hdr.encode(hdr.Reply(req_id, -1, True)), dumps(value)[0]])

@@ -34,8 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from .._core import _envelope as env
-from .._core import dumps, loads
+from .._core import dumps, error_payload, headers, loads
 from .._transport import (
     AuthenticationError,
     Connection,
@@ -123,9 +122,9 @@ class Agent:
         # Workers by the address the owner knows them by (their TCP address).
         self._workers: dict[str, ChildProcess] = {}
         self._batches: dict[int, _Batch] = {}
-        runtime.frame_kinds[env.HOST] = self._host
-        runtime.frame_kinds[env.RELAY] = self._relay
-        runtime.frame_kinds[env.CAST] = self._cast
+        runtime.frame_kinds[headers.HOST] = self._host
+        runtime.frame_kinds[headers.RELAY] = self._relay
+        runtime.frame_kinds[headers.CAST] = self._cast
         runtime.forward_reply = self._reply_from_worker
         runtime.failure_handler = self._failure_from_worker
         runtime.exit_listeners.append(self._worker_exited)
@@ -136,7 +135,7 @@ class Agent:
     # -- the owner's requests ---------------------------------------------------------------
 
     def _host(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
-        _, req_id, op = header
+        req_id, op = headers.read(headers.HostOp, header)
         args = loads(parts[1], parts[2:])
         if op == "spawn":
             self.runtime.loop.create_task(self._answer(conn, req_id, self._spawn(*args)))
@@ -153,10 +152,10 @@ class Agent:
         try:
             value = await work
         except Exception as error:
-            payload = env.error_payload(error, mesh="host", point={}, endpoint="host")
-            reply = [env.encode_header((env.REPLY, req_id, -1, False)), payload]
+            payload = error_payload(error, mesh="host", point={}, endpoint="host")
+            reply = [headers.encode(headers.Reply(req_id, -1, False)), payload]
         else:
-            reply = [env.encode_header((env.REPLY, req_id, -1, True)), dumps(value)[0]]
+            reply = [headers.encode(headers.Reply(req_id, -1, True)), dumps(value)[0]]
         with contextlib.suppress(TransportClosed):
             conn.send(reply)
 
@@ -190,10 +189,10 @@ class Agent:
     # -- traffic ----------------------------------------------------------------------------
 
     def _relay(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
-        self._to_worker(header[1], parts[1:])
+        self._to_worker(headers.read(headers.Relay, header).address, parts[1:])
 
     def _cast(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
-        _, gather, targets = header
+        gather, targets = headers.read(headers.Cast, header)
         shared = parts[1:]
         if gather:
             waiting = {address: len(ranks) for address, ranks, _ in targets}
@@ -212,8 +211,7 @@ class Agent:
             target.send(parts)
 
     def _reply_from_worker(self, conn: Connection, parts: list[memoryview]) -> None:
-        header = env.decode_header(parts[0])
-        req_id, rank, ok = header[1], header[2], header[3]
+        req_id, rank, ok = headers.read(headers.Reply, headers.decode(parts[0]))
         batch = self._batches.get(req_id)
         if batch is None:
             with contextlib.suppress(TransportClosed):
@@ -232,7 +230,7 @@ class Agent:
     def _flush(self, req_id: int) -> None:
         batch = self._batches.pop(req_id)
         if batch.replies:
-            header = env.encode_header((env.REPLIES, batch.replies))
+            header = headers.encode(headers.Replies(batch.replies))
             with contextlib.suppress(TransportClosed):
                 batch.upstream.send([header, *batch.parts])
 
@@ -243,7 +241,7 @@ class Agent:
         return None
 
     def _failure_from_worker(self, mesh_id: str, rank: int, endpoint: str, payload: Any) -> None:
-        header = env.encode_header((env.FAILURE, mesh_id, rank, endpoint))
+        header = headers.encode(headers.Failure(mesh_id, rank, endpoint))
         with contextlib.suppress(TransportClosed):
             self._owner.send([header, payload])
 
@@ -261,7 +259,7 @@ class Agent:
         self._event("output", "", {"stream": stream, "text": text})
 
     def _event(self, what: str, address: str, details: dict[str, Any]) -> None:
-        header = env.encode_header((env.EVENT, what, address))
+        header = headers.encode(headers.Event(what, address))
         with contextlib.suppress(TransportClosed):
             self._owner.send([header, dumps(details)[0]])
 

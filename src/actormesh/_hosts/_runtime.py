@@ -23,8 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._config import Config
-from .._core import CoreRuntime, loads
-from .._core import _envelope as env
+from .._core import CoreRuntime, headers, loads
 from .._core._deferral import Deferrals, Resume
 from .._exceptions import ActorDiedError
 from .._transport import (
@@ -80,14 +79,14 @@ class Runtime(CoreRuntime):
         self.agents: dict[Connection, AgentLink] = {}
         self._agent_ids = itertools.count()
         self._attaching: set[Connection] = set()  # agents dialled, not joined yet
-        self.frame_kinds[env.EVENT] = self._on_agent_event
+        self.frame_kinds[headers.EVENT] = self._on_agent_event
         self._aggregator: LineAggregator | None = None
         # Where local workers are forked from (see _forkserver), once a spawn needs one.
         self._forks: ForkServer | None = None
         self._forks_failures = 0
         # Breakpoints in workers: passed up to the owner (a controller puts its own
         # debugger hub here, see actormesh._observe).
-        self.frame_kinds[env.DEBUG] = DebugRelay(self).on_frame
+        self.frame_kinds[headers.DEBUG] = DebugRelay(self).on_frame
 
     # -- the core runtime's hooks ---------------------------------------------------------
 
@@ -291,7 +290,7 @@ class Runtime(CoreRuntime):
         return sink
 
     def _handle_hello(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, path, pid, key, info = header
+        path, pid, key, info = headers.read(headers.Hello, header)
         child = self._children.get(path)
         if child is None and (is_tcp(path) or conn in self._attaching):
             # A process this one did not start dialled in, or one we dialled (a host agent
@@ -419,7 +418,7 @@ class Runtime(CoreRuntime):
         link = self.agents.get(conn)
         if link is None:
             raise ValueError(f"an EVENT from {conn.peer}, which is no host agent of ours")
-        _, what, address = header
+        what, address = headers.read(headers.Event, header)
         link.on_event(what, address, loads(parts[1]))
 
     def send_frames(
@@ -459,7 +458,7 @@ class Runtime(CoreRuntime):
                 if len(group) == 1:
                     self.send(first, group[0][2], parts)
                 else:
-                    targets = [(c.peer, r, env.encode_header(h)) for c, r, h in group]
+                    targets = [(c.peer, r, headers.encode(h)) for c, r, h in group]
                     first.link.cast(gather, targets, parts)
             except (ActorDiedError, TransportClosed) as error:
                 failed.extend((r, str(error)) for _, r, _ in group)
@@ -481,7 +480,7 @@ class Runtime(CoreRuntime):
         if conn is None or conn.closed:
             return False
         try:
-            conn.send([env.encode_header((env.PING, seq))])
+            conn.send([headers.encode(headers.Ping(seq))])
         except TransportClosed:
             return False
         return True
@@ -617,7 +616,7 @@ class Runtime(CoreRuntime):
             conn = self._conns.get(child.listen_path)
             if conn is not None and child.alive():
                 with contextlib.suppress(TransportClosed):
-                    conn.send([env.encode_header((env.SHUTDOWN,))])
+                    conn.send([headers.encode(headers.Shutdown())])
         progress = Progress(
             self.loop, f"stopping {len(children)} processes", "exited", len(children),
             self.progress_mode,

@@ -37,13 +37,13 @@ class Observer:
     """One controller's observability: its meshes, debugger hub and job socket."""
 
     def __init__(self, runtime: Runtime) -> None:
-        from .._core import _envelope as env
+        from .._core import headers
 
         self.runtime = runtime
         self.meshes = Meshes(runtime)
         self.address = job_address() if runtime.config.observe else None
         self.hub = DebugHub(runtime, job=str(os.getpid()) if self.address else None)
-        runtime.frame_kinds[env.DEBUG] = self.hub.on_frame
+        runtime.frame_kinds[headers.DEBUG] = self.hub.on_frame
         self.service: JobService | None = None
         if self.address is not None:
             self.service = JobService(runtime, self.address, self.meshes, self.hub)
