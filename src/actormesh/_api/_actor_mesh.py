@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from .._core import headers
 from .._exceptions import ActorDiedError
 from .._hosts import Runtime
-from .._pure._routing import Affinity, ChoosePolicy, policy_from
+from .._pure import Affinity, ChoosePolicy, policy_from
 from .._shape import Point, Shape, Shaped
 from ._actor import missing_endpoint
 from ._adverbs import Adverbs
@@ -260,7 +260,7 @@ class ActorMesh(Shaped, Generic[T]):
         by a C call holding the GIL, say) is reported as silent.
         """
         from .._observe import mesh_stacks
-        from ._proc_mesh import _from_concurrent
+        from ._future import from_concurrent
 
         runtime = Runtime.get()
         for path, _ in self._routes():
@@ -268,7 +268,7 @@ class ActorMesh(Shaped, Generic[T]):
                 runtime.connection(path)  # dialled here: the loop thread never dials
         ranks = list(self._shape.ranks)
         inner = runtime.submit(mesh_stacks(runtime, self._ref, ranks, timeout))
-        return _from_concurrent(runtime, inner)
+        return from_concurrent(runtime, inner)
 
     def stop(self, reason: str = DEFAULT_STOP_REASON) -> Future[None]:
         """Drop every actor of this mesh; pending calls fail (their error, and those of

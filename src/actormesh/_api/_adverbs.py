@@ -15,8 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .._core import dumps_arguments, headers, loads, raised_error
-from .._core._limits import check_message_size
+from .._core import check_message_size, dumps_arguments, headers, loads, raised_error
 from .._exceptions import (
     ActorDiedError,
     ActorError,
@@ -25,7 +24,7 @@ from .._exceptions import (
     endpoint_named,
 )
 from .._hosts import Runtime
-from .._pure._sharding import CallbackDispatch, as_dispatch
+from .._pure import CallbackDispatch, as_dispatch
 from .._shape import ValueMesh
 from ._actor import point_of
 from ._choose import WhenFull, check_limits, keyed, submit
@@ -694,10 +693,10 @@ class Adverbs:
             if inspect.iscoroutine(result):
                 # An `async def` dispatch_fn: run it on the runtime's loop, where it can
                 # await the calls it makes without blocking any thread.
-                from ._proc_mesh import _from_concurrent
+                from ._future import from_concurrent
 
                 runtime = Runtime.get()
-                return _from_concurrent(runtime, runtime.submit(result))
+                return from_concurrent(runtime, runtime.submit(result))
             return resolved(result)
         shape, paths = self.mesh._shape, self.mesh._ref.paths
         limit = Runtime.get().config.max_message_bytes

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec,
 
 from .._core import EndpointKind
 from .._exceptions import NotAnEndpointError
-from .._pure._routing import policy_from
-from .._pure._signature import Arity
+from .._pure import Arity, policy_from
 
 if TYPE_CHECKING:
     from .._shape import ValueMesh

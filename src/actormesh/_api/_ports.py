@@ -24,8 +24,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
-from .._core import dumps, error_from_payload, error_payload, headers, loads
-from .._core._mailbox import CURRENT_MESSAGE
+from .._core import CURRENT_MESSAGE, dumps, error_from_payload, error_payload, headers, loads
 from .._hosts import Runtime
 from ._context import current_rank
 from ._future import Future

@@ -16,8 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._core import headers, loads
-from .._core._inspect import explain
+from .._core import explain, headers, loads
 from .._exceptions import ActorDiedError, CallTimeoutError, endpoint_named
 from .._hosts import Runtime
 

@@ -4,22 +4,44 @@ runtime (the processes it owns are layer 3's: ``actormesh._hosts``)."""
 from __future__ import annotations
 
 from . import _headers as headers
+from ._debugger import debug
+from ._debugger import install as install_breakpoints
+from ._deferral import Deferrals, Resume
 from ._error_payload import error_from_payload, error_payload, raised_error
-from ._mailbox import EndpointKind, Hosted
+from ._inspect import explain
+from ._limits import check_message_size
+from ._mailbox import CURRENT_MESSAGE, BuildOnLoop, EndpointKind, Hosted
+from ._reply_routes import ReplyRoute
 from ._runtime import CoreRuntime, ReplyHandler, new_event_loop
-from ._serialization import dumps, dumps_arguments, loads
+from ._serialization import Pickler, dumps, dumps_arguments, loads
+from ._snapshot import observe, process_usage
+from ._tensors import finish_tensor, reduce_tensor
 
 __all__ = [
+    "BuildOnLoop",
+    "CURRENT_MESSAGE",
     "CoreRuntime",
+    "Deferrals",
     "EndpointKind",
     "Hosted",
+    "Pickler",
     "ReplyHandler",
+    "ReplyRoute",
+    "Resume",
+    "check_message_size",
+    "debug",
     "dumps",
     "dumps_arguments",
     "error_from_payload",
     "error_payload",
+    "explain",
+    "finish_tensor",
     "headers",
+    "install_breakpoints",
     "loads",
     "new_event_loop",
+    "observe",
+    "process_usage",
     "raised_error",
+    "reduce_tensor",
 ]

@@ -34,8 +34,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from .._transport import connect_address
-from .._transport._blocking import read_frame, write_frame
+from .._transport import connect_address, read_frame, write_frame
 from . import _headers as hdr
 from ._mailbox import CURRENT_MESSAGE
 

@@ -38,9 +38,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .._transport import Connection, connect_unix, is_tcp, unix_path
+from .._transport import Connection, connect_unix, exchange_frame, is_tcp, unix_path
 from .._transport import route as route_of
-from .._transport._blocking import exchange_frame
 from . import _headers as hdr
 
 __all__ = ["ReplyRoute", "ReplyRoutes", "ThreadRoute"]

@@ -31,6 +31,8 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from .._config import Config
 from .._exceptions import ActorDiedError, MeshStoppedError
 from .._transport import (
+    Buffer,
+    CloseHandler,
     Connection,
     Limits,
     Listener,
@@ -49,8 +51,6 @@ from .._transport import (
     route_source,
     tcp_part,
 )
-from .._transport._connection import CloseHandler
-from .._transport._frames import Buffer
 from . import _headers as hdr
 from ._dispatch import Handler, Table, dispatch, frame_table
 from ._early_calls import EarlyCalls

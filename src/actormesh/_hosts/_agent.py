@@ -36,29 +36,27 @@ from typing import Any, NoReturn
 
 from .._core import dumps, error_payload, headers, loads
 from .._transport import (
+    HANDSHAKE_TIMEOUT,
     AuthenticationError,
     Connection,
     Endpoint,
     Gatekeeper,
     TransportClosed,
+    accept_steps,
     bind_socket,
+    connect_steps,
     connect_tcp,
     connect_unix,
     format_tcp,
     is_abstract,
     is_tcp,
+    open_accept_steps,
+    open_connect_steps,
     parse_worker_address,
+    peer_is_trusted,
     route_source,
     run_blocking,
 )
-from .._transport._auth import (
-    accept_steps,
-    connect_steps,
-    open_accept_steps,
-    open_connect_steps,
-)
-from .._transport._tcp import HANDSHAKE_TIMEOUT
-from .._transport._unix import peer_is_trusted
 from ._agent_link import WorkerSpec
 from ._lifetime import serve
 from ._process import ChildProcess

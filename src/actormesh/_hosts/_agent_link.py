@@ -19,8 +19,7 @@ from typing import Any
 
 from .._core import dumps, error_from_payload, headers, loads
 from .._exceptions import ActorDiedError
-from .._transport import Connection, SegmentShare, TransportClosed
-from .._transport._frames import Buffer
+from .._transport import Buffer, Connection, SegmentShare, TransportClosed
 from ._process import ChildProcess, LaunchCommand
 from ._remote import RemoteProcess, Status
 

@@ -23,8 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._config import Config
-from .._core import CoreRuntime, headers, loads
-from .._core._deferral import Deferrals, Resume
+from .._core import CoreRuntime, Deferrals, Resume, headers, loads
 from .._exceptions import ActorDiedError
 from .._transport import (
     Connection,

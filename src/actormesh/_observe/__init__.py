@@ -20,6 +20,7 @@ from ._registry import JobAddress, find_jobs, job_address
 from ._report import Meshes, mesh_stacks
 from ._service import JobService
 from ._stacks import StackGroup, Stacks
+from ._wire import read_message, write_message
 
 __all__ = [
     "JobAddress",
@@ -29,7 +30,9 @@ __all__ = [
     "find_jobs",
     "mesh_stacks",
     "observer",
+    "read_message",
     "spawned",
+    "write_message",
 ]
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core import headers
-from .._hosts._debug_relay import SessionWatch
+from .._hosts import SessionWatch
 from .._transport import Connection, TransportClosed
 
 __all__ = ["DebugHub", "Session"]

@@ -16,9 +16,8 @@ import sys
 import time
 from typing import Any
 
-from .._api._actor_mesh import MeshRef
-from .._api._mesh_state import MeshState, all_states
-from .._core._snapshot import observe, process_usage
+from .._api import MeshRef, MeshState, all_states
+from .._core import observe, process_usage
 from ._stacks import Stacks, rank_stacks
 
 __all__ = ["Meshes"]

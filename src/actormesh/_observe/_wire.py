@@ -14,7 +14,7 @@ import json
 import socket
 from typing import Any
 
-from .._transport._blocking import read_frame, write_frame
+from .._transport import read_frame, write_frame
 
 __all__ = ["decode", "encode", "read_message", "write_message"]
 

@@ -21,6 +21,7 @@ from ._routing import (
     RoundRobin,
     WorkQueue,
     policy_from,
+    takes_key,
 )
 from ._sharding import CallbackDispatch, Dispatch, as_dispatch, split_along
 from ._signature import Arity
@@ -43,4 +44,5 @@ __all__ = [
     "policy_from",
     "resources_from",
     "split_along",
+    "takes_key",
 ]

@@ -19,13 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from actormesh._api._context import context
-from actormesh._api._future import Future
-from actormesh._api._proc_mesh import _from_concurrent
-from actormesh._api._system import ActorHost, run_in_actors
+from actormesh._api import ActorHost, Future, context, from_concurrent, run_in_actors
 from actormesh._exceptions import ActorMeshError
-from actormesh._hosts import Runtime
-from actormesh._hosts._progress import Progress
+from actormesh._hosts import Progress, Runtime
 from actormesh._shape import Point, ValueMesh
 
 if TYPE_CHECKING:
@@ -147,7 +143,7 @@ def sync_weights(
             seconds,
         )
 
-    return _from_concurrent(runtime, runtime.submit(run()))
+    return from_concurrent(runtime, runtime.submit(run()))
 
 
 def weights_version(actor: Any) -> int | None:
