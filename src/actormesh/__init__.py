@@ -45,6 +45,12 @@ if TYPE_CHECKING:
     from ._api._proc_mesh import proc_mesh as proc_mesh
     from ._api._send import Accumulator as Accumulator
     from ._api._send import send as send
+    from ._api._service import Service as Service
+    from ._api._service import ServiceEndpoint as ServiceEndpoint
+    from ._api._service import Session as Session
+    from ._api._service import spawn_service as spawn_service
+    from ._api._service_values import Answer as Answer
+    from ._api._service_values import ReplicaStats as ReplicaStats
     from ._api._supervision import set_failure_hook as set_failure_hook
     from ._config import Config as Config
     from ._core._debugger import debug as debug
@@ -60,7 +66,9 @@ if TYPE_CHECKING:
     from ._exceptions import MeshStoppedError as MeshStoppedError
     from ._exceptions import MessageTooLargeError as MessageTooLargeError
     from ._exceptions import NotAnEndpointError as NotAnEndpointError
+    from ._exceptions import ReplicaFailedError as ReplicaFailedError
     from ._exceptions import SerializationError as SerializationError
+    from ._exceptions import ServiceUnavailableError as ServiceUnavailableError
     from ._exceptions import SupervisionError as SupervisionError
     from ._pure._routing import Affinity as Affinity
     from ._pure._routing import ChoosePolicy as ChoosePolicy
@@ -86,6 +94,7 @@ __all__ = [
     "ActorMesh",
     "ActorMeshError",
     "Affinity",
+    "Answer",
     "CallTimeoutError",
     "Channel",
     "ChoosePolicy",
@@ -109,8 +118,14 @@ __all__ = [
     "PowerOfTwo",
     "ProcMesh",
     "Random",
+    "ReplicaFailedError",
+    "ReplicaStats",
     "RoundRobin",
     "SerializationError",
+    "Service",
+    "ServiceEndpoint",
+    "ServiceUnavailableError",
+    "Session",
     "Shape",
     "SupervisionError",
     "ValueMesh",
@@ -132,6 +147,7 @@ __all__ = [
     "proc_mesh",
     "send",
     "set_failure_hook",
+    "spawn_service",
     "split_along",
     "this_host",
     "this_proc",
@@ -152,6 +168,7 @@ _WHERE: dict[str, str] = {
     "ActorMesh": "._api._actor_mesh",
     "ActorMeshError": "._exceptions",
     "Affinity": "._pure._routing",
+    "Answer": "._api._service_values",
     "CallTimeoutError": "._exceptions",
     "Channel": "._api._ports",
     "ChoosePolicy": "._pure._routing",
@@ -175,8 +192,14 @@ _WHERE: dict[str, str] = {
     "PowerOfTwo": "._pure._routing",
     "ProcMesh": "._api._proc_mesh",
     "Random": "._pure._routing",
+    "ReplicaFailedError": "._exceptions",
+    "ReplicaStats": "._api._service_values",
     "RoundRobin": "._pure._routing",
     "SerializationError": "._exceptions",
+    "Service": "._api._service",
+    "ServiceEndpoint": "._api._service",
+    "ServiceUnavailableError": "._exceptions",
+    "Session": "._api._service",
     "Shape": "._shape",
     "SupervisionError": "._exceptions",
     "ValueMesh": "._shape",
@@ -198,6 +221,7 @@ _WHERE: dict[str, str] = {
     "proc_mesh": "._api._proc_mesh",
     "send": "._api._send",
     "set_failure_hook": "._api._supervision",
+    "spawn_service": "._api._service",
     "split_along": "._pure._sharding",
     "this_host": "._api._host_mesh",
     "this_proc": "._api._host_mesh",
