@@ -40,10 +40,12 @@ class Replicated(Actor):
         return x
 
     @endpoint(idempotent=True)
-    def hold_again(self, x: Any) -> Any:
+    def hold_in(self, x: Any, pids: list[int]) -> Any:
+        """Idempotent; blocks (as `hold`) only in the processes ``pids``."""
         self.seen.append(x)
-        self.release.wait(120)
-        self.release.clear()
+        if os.getpid() in pids:
+            self.release.wait(120)
+            self.release.clear()
         return x
 
     @endpoint(concurrent=True)

@@ -223,6 +223,11 @@ class Service:
             raise ValueError(f"replicas must be an int of at least 0, not {replicas!r}")
         return self._submit(self._core.scale(replicas))
 
+    def wait_serving(self) -> Future[None]:
+        """Resolves once every replica is serving (or failed for good): none is being
+        built, rebuilt after a failure, refitted or drained."""
+        return self._submit(self._core.wait_serving())
+
     def replica_actors(self, replica: int) -> Any:
         """The actor mesh of replica ``replica`` as it is now, for calls that bypass the
         service (they are neither routed, counted, retried nor ordered against refits).

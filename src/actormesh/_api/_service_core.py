@@ -68,6 +68,7 @@ class ServiceCore:
         self._next_session = 0
         self._refits: asyncio.Lock | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._settled: list[asyncio.Future[None]] = []  # wait_serving's callers
         # Where the controller hears of a replica spent beyond its restart budget.
         self._state: MeshState = state_of(f"service-{name}-{id(self):x}", name, ())
 
@@ -94,6 +95,7 @@ class ServiceCore:
             await replica.kill("the service was stopped or scaled down")
             return
         replica.state = "serving"
+        self._notify()
         log.info("service '%s': replica %d serving version %s", self.name, replica.index,
                  replica.version)  # fmt: skip
         self._flush_pending()
@@ -330,6 +332,7 @@ class ServiceCore:
         log.error("%s", why)
         error = ActorDiedError(why, reason=reason)
         report(self._state, Failure(self.name, (replica.index,), "restart_failed", error))
+        self._notify()
         # Calls waiting for a replica to come back wait no more if none will.
         self._flush_pending()
 
@@ -391,6 +394,7 @@ class ServiceCore:
             return
         replica.version = version
         replica.state = "serving"
+        self._notify()
         self._flush_pending()
         self._pump(replica)
 
@@ -421,7 +425,23 @@ class ServiceCore:
         await replica.stop()
         replica.state = "stopped"
         self.replicas.pop(replica.index, None)
+        self._notify()
         self._flush_pending()  # nothing may wait on a replica that will not come
+
+    async def wait_serving(self) -> None:
+        """Until no replica is starting, restarting, refitting or draining."""
+        while any(r.state not in ("serving", "failed") for r in self.replicas.values()):
+            if self.stopped:
+                return
+            waiter: asyncio.Future[None] = self.runtime.loop.create_future()
+            self._settled.append(waiter)
+            await waiter
+
+    def _notify(self) -> None:
+        waiters, self._settled = self._settled, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def stats(self) -> list[ReplicaStats]:
         """Every replica's figures, by number."""
@@ -451,6 +471,7 @@ class ServiceCore:
         await asyncio.gather(*(r.stop() for r in replicas), return_exceptions=True)
         for task in list(self._tasks):
             task.cancel()
+        self._notify()
 
     def _spawn(self, coro: Any) -> None:
         task = self.runtime.loop.create_task(coro)
