@@ -469,9 +469,10 @@ class ServiceCore:
             replica.queue.clear()
             replica.state = "stopped"
         await asyncio.gather(*(r.stop() for r in replicas), return_exceptions=True)
-        for task in list(self._tasks):
-            task.cancel()
         self._notify()
+        # Rebuilds under way are not cancelled (a cancelled one would leave the processes
+        # it had started): each sees the service stopped when it is done and kills them.
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def _spawn(self, coro: Any) -> None:
         task = self.runtime.loop.create_task(coro)
