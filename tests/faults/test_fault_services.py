@@ -85,7 +85,7 @@ def test_an_idempotent_call_in_flight_is_sent_again_to_a_healthy_replica() -> No
         held = svc.hold_in.answer("y", doomed)  # round robin: replica 0 first
         _kill_rank(svc, 0, rank=0)
         answer = held.get()
-        assert (answer.value, answer.replica, answer.attempts) == ("y", 1, 2)
+        assert (answer.value["x"], answer.replica, answer.attempts) == ("y", 1, 2)
         # Run once on the healthy replica (each of its two ranks), never twice there.
         assert svc.replica_actors(1).history.call().get().values() == [["y"], ["y"]]
 
@@ -135,3 +135,28 @@ def test_a_spent_restart_budget_leaves_no_call_waiting(
             svc.who.route(1).get()
     assert [f.kind for f in failures] == ["restart_failed"]
     assert "budget" in str(failures[0].error)
+
+
+def _load(actors: Any, version: int) -> Any:
+    return actors.load.call(version)
+
+
+def test_a_replica_rebuilt_during_a_refit_comes_back_with_the_new_version(
+    failures: list[actormesh.Failure],
+) -> None:
+    with spawn_service("refit", Replicated, replicas=2, per_replica={"tp": 2},
+                       router=Lowest(), load_weights=_load).get() as svc:  # fmt: skip
+        held = svc.hold.answer("old")  # replica 0, on version 0
+        refit = svc.update_weights(1)  # waits for the held call
+        _kill_rank(svc, 0)
+        with pytest.raises(ReplicaFailedError):
+            held.get()
+        assert refit.get() == 1  # the refit waited for nobody dead
+        svc.wait_serving().get()
+        assert [(s.version, s.restarts) for s in svc.stats()] == [(1, 1), (1, 0)]
+        # Every rank of the rebuilt replica holds the new weights.
+        loaded = svc.replica_actors(0).who.call().get().values()
+        assert [v["version"] for v in loaded] == [1, 1]
+        answer = svc.who.answer("new").get()
+        assert (answer.replica, answer.version, answer.value["version"]) == (0, 1, 1)
+    assert failures == []

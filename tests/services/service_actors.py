@@ -18,10 +18,13 @@ class Replicated(Actor):
         self.seen: list[Any] = []
         self.release = threading.Event()
 
+    def _me(self, x: Any) -> dict[str, Any]:
+        return {"rank": current_rank().rank, "pid": os.getpid(), "x": x, "version": self.version}
+
     @endpoint
     def who(self, x: Any = None) -> dict[str, Any]:
         self.seen.append(x)
-        return {"rank": current_rank().rank, "pid": os.getpid(), "x": x, "version": self.version}
+        return self._me(x)
 
     @endpoint
     def history(self) -> list[Any]:
@@ -32,21 +35,21 @@ class Replicated(Actor):
         self.version = version
 
     @endpoint
-    def hold(self, x: Any) -> Any:
+    def hold(self, x: Any) -> dict[str, Any]:
         """Blocks until `let_go` (from another caller) or a death: a call in flight."""
         self.seen.append(x)
         self.release.wait(120)
         self.release.clear()
-        return x
+        return self._me(x)
 
     @endpoint(idempotent=True)
-    def hold_in(self, x: Any, pids: list[int]) -> Any:
+    def hold_in(self, x: Any, pids: list[int]) -> dict[str, Any]:
         """Idempotent; blocks (as `hold`) only in the processes ``pids``."""
         self.seen.append(x)
         if os.getpid() in pids:
             self.release.wait(120)
             self.release.clear()
-        return x
+        return self._me(x)
 
     @endpoint(concurrent=True)
     async def let_go(self) -> None:

@@ -11,6 +11,7 @@ See docs/services.md; the engine is ``_service_core``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -163,6 +164,8 @@ class Service:
     def __init__(self, core: ServiceCore) -> None:
         self._core = core
         self._endpoints = endpoint_table(core.actor_class)
+        self._asking = threading.Lock()
+        self._asked = core.version  # the last version update_weights was asked for
 
     @property
     def name(self) -> str:
@@ -208,13 +211,18 @@ class Service:
                 by default the service's.
         """
         core = self._core
-        target = core.version + 1 if version is None else version
-        if not isinstance(target, int) or isinstance(target, bool) or target <= core.version:
-            raise ValueError(f"version must be an int above {core.version}, not {version!r}")
         chosen = policy or core.settings.refit
         if chosen not in ("pause", "rolling"):
             raise ValueError(f"policy must be 'pause' or 'rolling', not {policy!r}")
-        return self._submit(core.refit(target, chosen))
+        with self._asking:  # versions asked for only go up, whichever thread asks
+            last = self._asked
+            target = last + 1 if version is None else version
+            if not isinstance(target, int) or isinstance(target, bool) or target <= last:
+                raise ValueError(f"version must be an int above {last}, not {version!r}")
+            self._asked = target
+        done: Future[int] = Future._new(core.runtime.in_loop_thread)
+        core.runtime.call_soon(core.begin_refit, target, chosen, done)
+        return done
 
     def scale(self, replicas: int) -> Future[None]:
         """Keep ``replicas`` replicas: new ones are built and join once ready; removed ones

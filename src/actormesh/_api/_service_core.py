@@ -62,7 +62,8 @@ class ServiceCore:
         self.pending: deque[ServiceCall] = deque()
         self.sessions: dict[int, int] = {}  # session id -> replica index
         self.version = settings.version
-        self.paused = False
+        self.paused = False  # a "pause" refit is asked for or under way
+        self._pauses = 0
         self.stopped = False
         self._next_index = 0
         self._next_session = 0
@@ -338,21 +339,32 @@ class ServiceCore:
 
     # -- refits -------------------------------------------------------------------------
 
-    async def refit(self, version: int, policy: RefitPolicy) -> int:
-        """Bring every replica to ``version`` (see `RefitPolicy`); refits run one at a
-        time, in the order they were asked for."""
+    def begin_refit(self, version: int, policy: RefitPolicy, done: Future[int]) -> None:
+        """Start bringing every replica to ``version`` (see `RefitPolicy`); ``done``
+        resolves when it is there. A "pause" holds new calls from this moment, so a call
+        made after ``update_weights`` returned runs on the new weights. Refits run one at
+        a time, in the order they were asked for."""
+        if policy == "pause":
+            self._pauses += 1
+            self.paused = True
+        self._spawn(self._refit(version, policy, done))
+
+    async def _refit(self, version: int, policy: RefitPolicy, done: Future[int]) -> None:
         if self._refits is None:
             self._refits = asyncio.Lock()
-        async with self._refits:
-            self.version = version  # what any replica (re)built from now on loads
-            if policy == "pause":
-                await self._refit_paused(version)
-            else:
-                await self._refit_rolling(version)
-        return version
+        try:
+            async with self._refits:
+                self.version = version  # what any replica (re)built from now on loads
+                if policy == "pause":
+                    await self._refit_paused(version)
+                else:
+                    await self._refit_rolling(version)
+        except BaseException as error:
+            done._set_exception(error)
+            raise
+        done._set_result(version)
 
     async def _refit_paused(self, version: int) -> None:
-        self.paused = True
         try:
             group = [r for r in self.replicas.values() if r.state == "serving"]
             for replica in group:
@@ -360,7 +372,8 @@ class ServiceCore:
             await asyncio.gather(*(r.wait_idle() for r in group))
             await asyncio.gather(*(self._load(r, version) for r in group))
         finally:
-            self.paused = False
+            self._pauses -= 1
+            self.paused = self._pauses > 0
         self._flush_pending()
         for replica in list(self.replicas.values()):
             self._pump(replica)
