@@ -137,26 +137,31 @@ def test_a_spent_restart_budget_leaves_no_call_waiting(
     assert "budget" in str(failures[0].error)
 
 
-def _load(actors: Any, version: int) -> Any:
-    return actors.load.call(version)
-
-
 def test_a_replica_rebuilt_during_a_refit_comes_back_with_the_new_version(
     failures: list[actormesh.Failure],
 ) -> None:
+    slow: list[int] = []  # the processes whose load of version 1 blocks until let go
+
+    def load(actors: Any, version: int) -> Any:
+        return actors.load_in.call(version, 1, slow)
+
     with spawn_service("refit", Replicated, replicas=2, per_replica={"tp": 2},
-                       router=Lowest(), load_weights=_load).get() as svc:  # fmt: skip
+                       router="round_robin", load_weights=load).get() as svc:  # fmt: skip
+        slow.extend(_pids(svc, 1))
         held = svc.hold.answer("old")  # replica 0, on version 0
-        refit = svc.update_weights(1)  # waits for the held call
+        refit = svc.update_weights(1)  # replica 1 starts loading (and blocks)
         _kill_rank(svc, 0)
         with pytest.raises(ReplicaFailedError):
             held.get()
-        assert refit.get() == 1  # the refit waited for nobody dead
-        svc.wait_serving().get()
-        assert [(s.version, s.restarts) for s in svc.stats()] == [(1, 1), (1, 0)]
-        # Every rank of the rebuilt replica holds the new weights.
+        svc.wait_serving(0).get()
+        # Rebuilt while the refit was still under way: it came back on the new weights.
+        assert not refit.done()
         loaded = svc.replica_actors(0).who.call().get().values()
         assert [v["version"] for v in loaded] == [1, 1]
-        answer = svc.who.answer("new").get()
-        assert (answer.replica, answer.version, answer.value["version"]) == (0, 1, 1)
+        for actors in svc.replica_actors(1).slice(tp=0), svc.replica_actors(1).slice(tp=1):
+            actors.let_go.call().get()
+        assert refit.get() == 1
+        assert [(s.version, s.restarts) for s in svc.stats()] == [(1, 1), (1, 0)]
+        answers = [svc.who.answer(i).get() for i in range(4)]
+        assert {(a.version, a.value["version"]) for a in answers} == {(1, 1)}
     assert failures == []

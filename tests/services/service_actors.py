@@ -35,6 +35,14 @@ class Replicated(Actor):
         self.version = version
 
     @endpoint
+    def load_in(self, version: int, block: int, pids: list[int]) -> None:
+        """Takes ``version``; blocks first (as `hold`) when it is ``block``, in ``pids``."""
+        if version == block and os.getpid() in pids:
+            self.release.wait(120)
+            self.release.clear()
+        self.version = version
+
+    @endpoint
     def hold(self, x: Any) -> dict[str, Any]:
         """Blocks until `let_go` (from another caller) or a death: a call in flight."""
         self.seen.append(x)

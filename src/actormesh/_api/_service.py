@@ -231,10 +231,11 @@ class Service:
             raise ValueError(f"replicas must be an int of at least 0, not {replicas!r}")
         return self._submit(self._core.scale(replicas))
 
-    def wait_serving(self) -> Future[None]:
-        """Resolves once every replica is serving (or failed for good): none is being
-        built, rebuilt after a failure, refitted or drained."""
-        return self._submit(self._core.wait_serving())
+    def wait_serving(self, replica: int | None = None) -> Future[None]:
+        """Resolves once every replica (or replica number ``replica``) is serving or
+        failed for good: none is being built, rebuilt after a failure, refitted or
+        drained."""
+        return self._submit(self._core.wait_serving(replica))
 
     def replica_actors(self, replica: int) -> Any:
         """The actor mesh of replica ``replica`` as it is now, for calls that bypass the

@@ -441,9 +441,17 @@ class ServiceCore:
         self._notify()
         self._flush_pending()  # nothing may wait on a replica that will not come
 
-    async def wait_serving(self) -> None:
-        """Until no replica is starting, restarting, refitting or draining."""
-        while any(r.state not in ("serving", "failed") for r in self.replicas.values()):
+    async def wait_serving(self, replica: int | None = None) -> None:
+        """Until no replica (or replica number ``replica``) is starting, restarting,
+        refitting or draining."""
+
+        def unsettled() -> bool:
+            watched = [self.replicas[replica]] if replica in self.replicas else []
+            if replica is None:
+                watched = list(self.replicas.values())
+            return any(r.state not in ("serving", "failed") for r in watched)
+
+        while unsettled():
             if self.stopped:
                 return
             waiter: asyncio.Future[None] = self.runtime.loop.create_future()
