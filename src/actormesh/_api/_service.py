@@ -229,7 +229,10 @@ class Service:
         take no new calls, finish the ones they hold, then stop."""
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             raise ValueError(f"replicas must be an int of at least 0, not {replicas!r}")
-        return self._submit(self._core.scale(replicas))
+        core = self._core
+        done: Future[None] = Future._new(core.runtime.in_loop_thread)
+        core.runtime.call_soon(core.begin_scale, replicas, done)
+        return done
 
     def wait_serving(self, replica: int | None = None) -> Future[None]:
         """Resolves once every replica (or replica number ``replica``) is serving or

@@ -413,18 +413,31 @@ class ServiceCore:
 
     # -- scaling, stats, stopping -------------------------------------------------------
 
-    async def scale(self, count: int) -> None:
-        """Add replicas, or drain and remove some, until ``count`` are kept."""
+    def begin_scale(self, count: int, done: Future[None]) -> None:
+        """Add replicas, or drain and remove some, until ``count`` are kept; ``done``
+        resolves when they are. The change starts now: a call made after ``scale``
+        returned never goes to a replica being removed."""
         kept = [r for r in self.replicas.values() if r.state not in ("draining", "stopped")]
         if count > len(kept):
             added = [self._new_replica() for _ in range(count - len(kept))]
-            await asyncio.gather(*(self._build(r) for r in added))
-            return
-        # Failed replicas go first, then the newest.
-        victims = sorted(kept, key=lambda r: (r.state != "failed", -r.index))[: len(kept) - count]
-        await asyncio.gather(*(self._drain(r) for r in victims))
+            work = [self._build(r) for r in added]
+        else:
+            # Failed replicas go first, then the newest.
+            ordered = sorted(kept, key=lambda r: (r.state != "failed", -r.index))
+            work = [self._drain(r) for r in ordered[: len(kept) - count]]
+        self._spawn(self._finish(work, done))
 
-    async def _drain(self, replica: Replica) -> None:
+    async def _finish(self, work: list[Any], done: Future[None]) -> None:
+        results = await asyncio.gather(*work, return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            done._set_exception(errors[0])
+        else:
+            done._set_result(None)
+
+    def _drain(self, replica: Replica) -> Any:
+        """Take ``replica`` out of rotation now; the coroutine that finishes its calls in
+        flight and stops it."""
         was = replica.state
         replica.state = "draining"
         for session, index in list(self.sessions.items()):
@@ -433,7 +446,10 @@ class ServiceCore:
         queued, replica.queue = list(replica.queue), deque()
         for call in queued:
             self._route(call)
-        if was in ("serving", "refitting"):
+        return self._drained(replica, was in ("serving", "refitting"))
+
+    async def _drained(self, replica: Replica, busy: bool) -> None:
+        if busy:
             await replica.wait_idle()
         await replica.stop()
         replica.state = "stopped"
