@@ -56,3 +56,19 @@ def test_stats_count_calls_per_replica() -> None:
         assert [s.failed for s in stats] == [1, 0]
         assert all(s.requests_per_s > 0 and s.queued == 0 and s.in_flight == 0 for s in stats)
         assert all(len(s.pids) == 2 and s.restarts == 0 and s.version == 0 for s in stats)
+
+
+def test_a_replica_coming_into_service_takes_a_share_of_the_calls_waiting() -> None:
+    with spawn_service("share", Replicated, replicas=1, per_replica={"tp": 2}).get() as svc:
+        held = svc.hold.answer("held")
+        waiting = [svc.who.answer(i) for i in range(4)]  # queued behind it on replica 0
+        assert [s.queued for s in svc.stats()] == [4]
+        svc.scale(2).get()
+        # The new replica took its share as it came into service (replica 0 is held).
+        first, second = svc.stats()
+        assert first.queued < 4 and second.queued + second.in_flight + second.completed > 0
+        svc.replica_actors(0).let_go.call().get()
+        assert held.get().replica == 0
+        answers = [w.get() for w in waiting]
+        assert sorted(a.value["x"] for a in answers) == [0, 1, 2, 3]
+        assert {a.replica for a in answers} >= {1}

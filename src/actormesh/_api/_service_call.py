@@ -58,6 +58,7 @@ class ServiceCall:
         key: the routing key given to the router (the session's id for sessions).
         future: what the caller holds; resolved with an `Answer` (or the bare value).
         attempts: times it was sent so far.
+        seq: its place in the order the service took calls (kept when it is moved).
         replica: the replica it is queued on or in flight on (None while pending).
     """
 
@@ -71,6 +72,7 @@ class ServiceCall:
         "key",
         "kwargs",
         "replica",
+        "seq",
         "session",
     )
 
@@ -94,6 +96,7 @@ class ServiceCall:
         self.answer = answer  # resolve with the whole Answer, not just its value
         self.attempts = 0
         self.replica: Any = None
+        self.seq = 0  # its place in the order calls reached the service
 
     @property
     def done(self) -> bool:

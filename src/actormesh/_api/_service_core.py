@@ -67,6 +67,7 @@ class ServiceCore:
         self.stopped = False
         self._next_index = 0
         self._next_session = 0
+        self._submitted = 0  # calls taken, numbering them in arrival order
         self._refits: asyncio.Lock | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._settled: list[asyncio.Future[None]] = []  # wait_serving's callers
@@ -97,6 +98,7 @@ class ServiceCore:
             return
         replica.state = "serving"
         self._notify()
+        self._rebalance()
         log.info("service '%s': replica %d serving version %s", self.name, replica.index,
                  replica.version)  # fmt: skip
         self._flush_pending()
@@ -117,6 +119,8 @@ class ServiceCore:
             return
         if call.session is not None:
             call.key = call.session
+        self._submitted += 1
+        call.seq = self._submitted
         self._route(call)
 
     def _route(self, call: ServiceCall) -> None:
@@ -175,6 +179,19 @@ class ServiceCore:
             return "it has no replicas (scale it up)"
         states = ", ".join(f"{r.index}: {r.state}" for r in self.replicas.values())
         return f"every replica failed beyond its restart budget ({states})"
+
+    def _rebalance(self) -> None:
+        """Route again the calls queued on serving replicas (none was sent), oldest first:
+        a replica that just came into service takes its share of work already waiting."""
+        waiting: list[ServiceCall] = []
+        for replica in self.replicas.values():
+            if replica.state == "serving":
+                keep = deque(c for c in replica.queue if c.session is not None)
+                waiting.extend(c for c in replica.queue if c.session is None)
+                replica.queue = keep
+        waiting.sort(key=lambda call: call.seq)
+        for call in waiting:
+            self._route(call)
 
     def _flush_pending(self) -> None:
         waiting, self.pending = self.pending, deque()

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import signal
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from .._hosts import ChildProcess, Runtime
 from . import _supervision
@@ -217,8 +218,13 @@ class Replica:
             if state.mesh_id in processes.meshes:
                 state.note_stop(reason)
                 state.stopped = True
-        runtime = Runtime.get()
-        await processes.allocator.stop(runtime, processes.children, 0.0)  # type: ignore[arg-type]
+        children = cast(list[ChildProcess], processes.children)  # (a replica owns them)
+        for child in children:
+            # Not SHUTDOWN first: a rank blocked in a collective with the dead one would
+            # only answer SIGTERM once it gives up, and nothing of it is worth keeping.
+            child.stopping = True  # its exit is expected: nobody is told of it
+            child.signal_group(signal.SIGKILL)
+        await processes.allocator.stop(Runtime.get(), children, 0.0)
 
     async def stop(self) -> None:
         """Stop the replica's processes the ordinary way (``__cleanup__`` runs)."""
