@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ._api import Accumulator as Accumulator
     from ._api import Actor as Actor
     from ._api import ActorMesh as ActorMesh
+    from ._api import Answer as Answer
     from ._api import Channel as Channel
     from ._api import Endpoint as Endpoint
     from ._api import Failure as Failure
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
     from ._api import Port as Port
     from ._api import PortReceiver as PortReceiver
     from ._api import ProcMesh as ProcMesh
+    from ._api import ReplicaStats as ReplicaStats
+    from ._api import Service as Service
+    from ._api import ServiceEndpoint as ServiceEndpoint
+    from ._api import Session as Session
     from ._api import ValueStream as ValueStream
     from ._api import actor_mesh as actor_mesh
     from ._api import as_endpoint as as_endpoint
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
     from ._api import proc_mesh as proc_mesh
     from ._api import send as send
     from ._api import set_failure_hook as set_failure_hook
+    from ._api import spawn_service as spawn_service
     from ._api import this_host as this_host
     from ._api import this_proc as this_proc
     from ._config import Config as Config
@@ -60,7 +66,9 @@ if TYPE_CHECKING:
     from ._exceptions import MeshStoppedError as MeshStoppedError
     from ._exceptions import MessageTooLargeError as MessageTooLargeError
     from ._exceptions import NotAnEndpointError as NotAnEndpointError
+    from ._exceptions import ReplicaFailedError as ReplicaFailedError
     from ._exceptions import SerializationError as SerializationError
+    from ._exceptions import ServiceUnavailableError as ServiceUnavailableError
     from ._exceptions import SupervisionError as SupervisionError
     from ._pure import Affinity as Affinity
     from ._pure import ChoosePolicy as ChoosePolicy
@@ -86,6 +94,7 @@ __all__ = [
     "ActorMesh",
     "ActorMeshError",
     "Affinity",
+    "Answer",
     "CallTimeoutError",
     "Channel",
     "ChoosePolicy",
@@ -109,8 +118,14 @@ __all__ = [
     "PowerOfTwo",
     "ProcMesh",
     "Random",
+    "ReplicaFailedError",
+    "ReplicaStats",
     "RoundRobin",
     "SerializationError",
+    "Service",
+    "ServiceEndpoint",
+    "ServiceUnavailableError",
+    "Session",
     "Shape",
     "SupervisionError",
     "ValueMesh",
@@ -132,6 +147,7 @@ __all__ = [
     "proc_mesh",
     "send",
     "set_failure_hook",
+    "spawn_service",
     "split_along",
     "this_host",
     "this_proc",
@@ -152,6 +168,7 @@ _WHERE: dict[str, str] = {
     "ActorMesh": "._api._actor_mesh",
     "ActorMeshError": "._exceptions",
     "Affinity": "._pure._routing",
+    "Answer": "._api._service_values",
     "CallTimeoutError": "._exceptions",
     "Channel": "._api._ports",
     "ChoosePolicy": "._pure._routing",
@@ -175,8 +192,14 @@ _WHERE: dict[str, str] = {
     "PowerOfTwo": "._pure._routing",
     "ProcMesh": "._api._proc_mesh",
     "Random": "._pure._routing",
+    "ReplicaFailedError": "._exceptions",
+    "ReplicaStats": "._api._service_values",
     "RoundRobin": "._pure._routing",
     "SerializationError": "._exceptions",
+    "Service": "._api._service",
+    "ServiceEndpoint": "._api._service",
+    "ServiceUnavailableError": "._exceptions",
+    "Session": "._api._service",
     "Shape": "._shape",
     "SupervisionError": "._exceptions",
     "ValueMesh": "._shape",
@@ -198,6 +221,7 @@ _WHERE: dict[str, str] = {
     "proc_mesh": "._api._proc_mesh",
     "send": "._api._send",
     "set_failure_hook": "._api._supervision",
+    "spawn_service": "._api._service",
     "split_along": "._pure._sharding",
     "this_host": "._api._host_mesh",
     "this_proc": "._api._host_mesh",

@@ -50,6 +50,8 @@ from ._ports import Channel, Port, PortReceiver
 from ._proc_mesh import ProcMesh, proc_mesh
 from ._rdma import DroppedError, Region, Registry, ServiceActor, copy_local, vm_copy
 from ._send import Accumulator, send
+from ._service import Service, ServiceEndpoint, Session, spawn_service
+from ._service_values import Answer, ReplicaStats
 from ._supervision import install as install_supervision
 from ._supervision import set_failure_hook, unhandled_fault_hook
 from ._system import ActorHost, run_in_actors
@@ -60,6 +62,7 @@ __all__ = [
     "ActorHost",
     "ActorMesh",
     "Allocator",
+    "Answer",
     "BootstrapCommand",
     "Channel",
     "ChannelTransport",
@@ -80,7 +83,11 @@ __all__ = [
     "ProcessSpec",
     "Region",
     "Registry",
+    "ReplicaStats",
+    "Service",
     "ServiceActor",
+    "ServiceEndpoint",
+    "Session",
     "Uid",
     "ValueStream",
     "actor_mesh",
@@ -116,6 +123,7 @@ __all__ = [
     "set_failure_hook",
     "shutdown_context",
     "span",
+    "spawn_service",
     "start_worker_loop_forever",
     "this_host",
     "this_proc",

@@ -57,7 +57,9 @@ __all__ = [
     "Failure",
     "actor_name",
     "adopt",
+    "claim",
     "install",
+    "release",
     "report",
     "set_failure_hook",
     "unhandled_fault_hook",
@@ -69,6 +71,21 @@ _HOOK = "__supervise__"
 
 _hook: Callable[[Failure], None] | None = None
 _installed: set[int] = set()
+# Socket paths whose deaths their owner handles itself (a service rebuilding a replica as
+# a unit): the ranks there are still recorded dead, but the handler hears of it instead
+# of the mesh's owner, as a restart within its budget does not bother the owner.
+_CLAIMED: dict[str, Callable[[ChildProcess, str], None]] = {}
+
+
+def claim(path: str, handler: Callable[[ChildProcess, str], None]) -> None:
+    """Let ``handler(child, reason)`` (loop thread) take the death of the process at
+    ``path`` instead of the owners of the meshes it hosts."""
+    _CLAIMED[path] = handler
+
+
+def release(path: str) -> None:
+    """Undo `claim` (the process is being stopped or was replaced)."""
+    _CLAIMED.pop(path, None)
 
 
 def set_failure_hook(hook: Callable[[Failure], None] | None) -> None:
@@ -264,6 +281,7 @@ def _on_process_exit(child: ChildProcess, reason: str) -> None:
     runtime = Runtime.current()
     if runtime is not None and runtime.relaunching(child.listen_path):
         return  # the restart policy handles it; the owner hears only if it fails
+    claimant = _CLAIMED.pop(child.listen_path, None)
     for state in all_states():
         if state.stopped:
             continue
@@ -272,6 +290,8 @@ def _on_process_exit(child: ChildProcess, reason: str) -> None:
             continue
         for rank in ranks:
             state.dead.setdefault(rank, reason)
+        if claimant is not None:
+            continue
         error = ActorDiedError(
             f"the process of actor(s) {list(ranks)} of mesh '{state.name}' died: {reason}",
             reason=reason,
@@ -285,6 +305,8 @@ def _on_process_exit(child: ChildProcess, reason: str) -> None:
         else:
             cause = f"the process this actor was running on failed: {reason}"
         report(state, Failure(state.name, ranks, "died", error, actor_name(state, ranks[0]), cause))
+    if claimant is not None:
+        claimant(child, reason)
 
 
 def actor_name(state: MeshState, rank: int) -> str:
