@@ -67,6 +67,10 @@ class Meshes:
                 picked.append(ref)
         return picked
 
+    def processes(self) -> set[str]:
+        """The paths of the processes of every live mesh (loop thread)."""
+        return {path for ref in self._live(None) for path in ref.paths}
+
     def _cpu_percent(self, pid: int, cpu: float | None) -> float | None:
         if cpu is None:
             return None

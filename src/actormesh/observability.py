@@ -1,0 +1,46 @@
+"""Observability that outlives the run: metrics per step (torchforge's spelling).
+
+``record_metric(key, value, Reduce.MEAN)`` from any actor or the controller; the
+controller's ``MetricLogger`` reduces what every rank recorded into one value per key
+per step and writes it to its backends (console, a JSONL file, TensorBoard, W&B)::
+
+    from actormesh.observability import MetricLogger, Reduce, TensorBoardBackend, record_metric
+
+
+    class Trainer(Actor):
+        @endpoint
+        def train_step(self) -> None:
+            record_metric("loss", self.step_loss(), Reduce.MEAN)
+
+
+    with MetricLogger([TensorBoardBackend("runs/exp1")]) as logger:
+        for step in range(100):
+            trainers.train_step.call().get()
+            logger.flush(step).get()
+
+See docs/observability.md.
+"""
+
+from __future__ import annotations
+
+from ._core._metrics import record_metric
+from ._observe._metric_backends import (
+    ConsoleBackend,
+    JsonlBackend,
+    MetricBackend,
+    TensorBoardBackend,
+    WandbBackend,
+)
+from ._observe._metric_logger import MetricLogger
+from ._pure._reduce import Reduce
+
+__all__ = [
+    "ConsoleBackend",
+    "JsonlBackend",
+    "MetricBackend",
+    "MetricLogger",
+    "Reduce",
+    "TensorBoardBackend",
+    "WandbBackend",
+    "record_metric",
+]

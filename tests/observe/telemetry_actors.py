@@ -1,0 +1,40 @@
+"""Actors the telemetry tests (metrics, event log, timelines, native stacks) run in real
+processes (importable by the workers)."""
+
+from __future__ import annotations
+
+import ctypes
+
+from actormesh import Actor, current_rank, endpoint
+from actormesh.observability import Reduce, record_metric
+
+
+class Recorder(Actor):
+    """Each rank records metrics derived from its rank and the step."""
+
+    def __init__(self) -> None:
+        self.rank = current_rank().rank
+
+    @endpoint
+    def train_step(self, step: int) -> None:
+        # Two values per rank per step, so reductions see more than one value per rank.
+        for value in (self.rank + step, self.rank + step + 0.5):
+            record_metric("loss", value, Reduce.MEAN)
+            record_metric("tokens", value, Reduce.SUM)
+            record_metric("reward/max", value, Reduce.MAX)
+            record_metric("reward/min", value, Reduce.MIN)
+            record_metric("reward/std", value, "std")
+
+    @endpoint
+    async def record_async(self, key: str, value: float) -> None:
+        record_metric(key, value, Reduce.SUM)
+
+    @endpoint
+    def echo(self, payload: bytes) -> int:
+        return len(payload)
+
+    @endpoint
+    def sleep_in_c(self, seconds: int) -> None:
+        # A blocking C call: libc's sleep(3), entered through ctypes (which releases the
+        # GIL), so py-spy finds the rank inside a native frame.
+        ctypes.CDLL(None).sleep(seconds)
