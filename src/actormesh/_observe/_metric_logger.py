@@ -5,7 +5,8 @@ tallies recorded since the last flush (an OBSERVE for ``"metrics"``, answered fr
 worker's loop), adds the controller's own, merges them per key across ranks
 (``actormesh._pure._reduce``) and writes the values to each backend. Metrics recorded by
 processes the controller does not talk to itself (meshes spawned by actors) are not
-collected. A process that does not answer in time keeps its tallies for the next flush.
+collected. A process that does not answer in time is named in a warning; what it
+recorded before that flush is lost rather than counted in a later step.
 """
 
 from __future__ import annotations
