@@ -4,6 +4,8 @@ processes (importable by the workers)."""
 from __future__ import annotations
 
 import ctypes
+import os
+import threading
 
 from actormesh import Actor, current_rank, endpoint
 from actormesh.observability import Reduce, record_metric
@@ -28,6 +30,14 @@ class Recorder(Actor):
     @endpoint
     async def record_async(self, key: str, value: float) -> None:
         record_metric(key, value, Reduce.SUM)
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def wait_forever(self) -> None:
+        threading.Event().wait()
 
     @endpoint
     def echo(self, payload: bytes) -> int:

@@ -7,7 +7,8 @@
 - ``actormesh stacks [--mesh M] [--rank R]``: every selected rank's Python stacks,
   grouped where ranks share one (``_stacks``);
 - ``actormesh debug``: the ranks stopped at ``breakpoint()``, and a pdb prompt for each
-  (``_debug``).
+  (``_debug``);
+- ``actormesh log [JOB]``: a job's event log, after the run too (``_log``).
 
 Jobs are found through the per-user registry (``actormesh._observe._registry``);
 ``--job PID`` picks one when several run.
@@ -19,7 +20,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _join
+from . import _join, _log
 
 __all__ = ["main"]
 
@@ -59,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument(
         "--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes"
     )
+    _log.add_command(commands)
     return parser
 
 
@@ -67,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("worker", "host"):
         return _join.run(args)
+    if args.command == "log":
+        return _log.log(args)
     from ._client import JobError
 
     try:

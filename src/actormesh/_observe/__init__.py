@@ -80,6 +80,15 @@ def spawned(mesh: Any) -> None:
     if found is not None:
         ref = mesh._ref
         found.meshes.track(ref)
+        found.runtime.record_event(
+            "mesh_spawn",
+            mesh=ref.name,
+            message=ref.class_name,
+            mesh_id=ref.mesh_id,
+            labels=list(ref.labels),
+            sizes=list(ref.sizes),
+            addresses=list(ref.paths),
+        )
         lines = found.runtime.output_lines
         if lines is not None:
             lines.declare(ref.name, ref.labels, ref.sizes)
