@@ -143,3 +143,31 @@ def test_a_clean_exit_ends_the_job_and_event_log_off_writes_nothing(
         db.close()
     assert ended is not None
     assert asked == [(1,), (1,)]  # stopped by their owner, not failures
+
+
+def test_each_host_agent_keeps_a_log_of_its_own_workers(tmp_path: Path) -> None:
+    program = (
+        "from actormesh import host_mesh\n"
+        "hosts = host_mesh(2).get(timeout=60)\n"
+        "with hosts.spawn_procs(per_host={'gpus': 2}) as procs:\n"
+        "    pass\n"
+    )
+    env = {**os.environ, "ACTORMESH_STATE_DIR": str(tmp_path), "ACTORMESH_JOB_NAME": "hosts"}
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=90
+    )
+    assert done.returncode == 0, done.stderr
+    agents = sorted((tmp_path / "jobs").glob("hosts.agent-*.sqlite"))
+    assert len(agents) == 2
+    for path in agents:
+        db = sqlite3.connect(path)
+        try:
+            (source,) = db.execute("SELECT source FROM job WHERE name = 'hosts'").fetchone()
+            starts = db.execute("SELECT count(*) FROM events WHERE kind = 'process_start'")
+            (count,) = starts.fetchone()
+        finally:
+            db.close()
+        assert source == "agent"
+        assert count == 2  # this host's two workers
+    # The controller's own log has the agents (its children) in it.
+    assert find_log("hosts", tmp_path / "jobs").name == "hosts.sqlite"
