@@ -56,6 +56,9 @@ class Config:
             the ``actormesh`` command; nothing on disk) and workers count each endpoint's
             calls, errors and run times. ``False`` turns both off; breakpoints in actors
             and ``mesh.stacks()`` work either way.
+        timeline_spans: call spans each process keeps for ``actormesh timeline`` (a ring:
+            the last ones), recorded as each message ends; 0 keeps none. Off with
+            ``observe``.
         event_log: keep the job event log (process starts and exits, restarts,
             supervision events, timeouts, meshes, weight versions) in a SQLite file under
             ``state_dir`` that survives the job, read with ``actormesh log``; the
@@ -102,6 +105,7 @@ class Config:
     max_handshakes: int = 256
     max_handshakes_per_host: int = 64
     observe: bool = True
+    timeline_spans: int = 8192
     event_log: bool = True
     state_dir: str | None = None
     job_name: str | None = None
@@ -150,6 +154,8 @@ class Config:
             raise ValueError(f"reply_spin must be between 0 and 0.01 s, not {self.reply_spin!r}")
         if self.max_message_bytes <= 0 or self.shm_threshold < 0:
             raise ValueError("max_message_bytes must be positive and shm_threshold >= 0")
+        if self.timeline_spans < 0:
+            raise ValueError(f"timeline_spans must be >= 0, not {self.timeline_spans!r}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:

@@ -1,4 +1,5 @@
-"""Observability that outlives the run: metrics per step (torchforge's spelling).
+"""Observability that outlives the run: metrics per step (torchforge's spelling) and
+call timelines (``timeline("trace.json")``, a Chrome / Perfetto trace of every rank).
 
 ``record_metric(key, value, Reduce.MEAN)`` from any actor or the controller; the
 controller's ``MetricLogger`` reduces what every rank recorded into one value per key
@@ -32,6 +33,7 @@ from ._observe._metric_backends import (
     WandbBackend,
 )
 from ._observe._metric_logger import MetricLogger
+from ._observe._timeline import timeline
 from ._pure._reduce import Reduce
 
 __all__ = [
@@ -43,4 +45,5 @@ __all__ = [
     "TensorBoardBackend",
     "WandbBackend",
     "record_metric",
+    "timeline",
 ]

@@ -3,6 +3,7 @@ processes (importable by the workers)."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import threading
@@ -16,6 +17,17 @@ class Recorder(Actor):
 
     def __init__(self) -> None:
         self.rank = current_rank().rank
+        self.held = asyncio.Event()
+
+    @endpoint
+    async def hold(self) -> None:
+        # Runs until ``release``: calls sent after it wait in the mailbox meanwhile.
+        await self.held.wait()
+        self.held.clear()
+
+    @endpoint(concurrent=True)
+    async def release(self) -> None:
+        self.held.set()
 
     @endpoint
     def train_step(self, step: int) -> None:

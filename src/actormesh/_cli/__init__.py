@@ -8,7 +8,9 @@
   grouped where ranks share one (``_stacks``);
 - ``actormesh debug``: the ranks stopped at ``breakpoint()``, and a pdb prompt for each
   (``_debug``);
-- ``actormesh log [JOB]``: a job's event log, after the run too (``_log``).
+- ``actormesh log [JOB]``: a job's event log, after the run too (``_log``);
+- ``actormesh timeline [JOB] -o trace.json``: a running job's calls per rank as a
+  Chrome / Perfetto trace (``_timeline``).
 
 Jobs are found through the per-user registry (``actormesh._observe._registry``);
 ``--job PID`` picks one when several run.
@@ -20,7 +22,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _join, _log
+from . import _join, _log, _timeline
 
 __all__ = ["main"]
 
@@ -61,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
         "--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes"
     )
     _log.add_command(commands)
+    _timeline.add_command(commands)
     return parser
 
 
@@ -86,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ._debug import debug
 
             return debug(args)
+        if args.command == "timeline":
+            return _timeline.timeline(args)
         if args.command == "top":
             from ._top import top
 

@@ -71,6 +71,10 @@ class Meshes:
         """The paths of the processes of every live mesh (loop thread)."""
         return {path for ref in self._live(None) for path in ref.paths}
 
+    def live(self, name: str | None = None) -> list[MeshRef]:
+        """The live meshes (those named ``name``, when given)."""
+        return self._live(name)
+
     def _cpu_percent(self, pid: int, cpu: float | None) -> float | None:
         if cpu is None:
             return None
