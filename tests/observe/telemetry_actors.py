@@ -57,6 +57,7 @@ class Recorder(Actor):
 
     @endpoint
     def sleep_in_c(self, seconds: int) -> None:
-        # A blocking C call: libc's sleep(3), entered through ctypes (which releases the
-        # GIL), so py-spy finds the rank inside a native frame.
-        ctypes.CDLL(None).sleep(seconds)
+        # A blocking C call that holds the GIL: libc's sleep(3) through ctypes.PyDLL
+        # (which, unlike CDLL, keeps the GIL). The whole process stops running Python,
+        # its event loop included: only native stacks can say where it is.
+        ctypes.PyDLL(None).sleep(seconds)

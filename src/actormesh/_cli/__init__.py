@@ -58,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     stacks.add_argument(
         "--rank", type=int, action="append", metavar="R", help="only rank R (repeatable)"
     )
+    stacks.add_argument(
+        "--native",
+        action="store_true",
+        help="C and Python frames of every thread, and the GIL's holder (py-spy)",
+    )
     debug.add_argument("--rank", type=int, metavar="R", help="attach to rank R when it stops")
     top.add_argument(
         "--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes"

@@ -7,7 +7,8 @@ completion, with the request's ``id``:
 
 - ``{"op": "info"}``: the job in a line (pid, program, start, number of meshes);
 - ``{"op": "snapshot", "mesh": name?}``: every mesh and rank (``_report``);
-- ``{"op": "stacks", "mesh": name?, "ranks": [..]?}``: grouped stacks (``_stacks``);
+- ``{"op": "stacks", "mesh": name?, "ranks": [..]?, "native": bool?}``: grouped stacks
+  (``_stacks``), C frames and the GIL's holder too with ``native`` (py-spy);
 - ``{"op": "timeline", "mesh": name?, "last": seconds?}``: the calls each rank ran, as a
   Chrome trace (``_timeline``);
 - ``{"op": "debug.list"}``, ``{"op": "debug.attach", "session": id}``,
@@ -137,7 +138,10 @@ class _Client:
             return await meshes.snapshot(request.get("mesh"), timeout)
         if op == "stacks":
             found = await meshes.stacks(
-                request.get("mesh"), request.get("ranks"), float(request.get("timeout", 3.0))
+                request.get("mesh"),
+                request.get("ranks"),
+                float(request.get("timeout", 3.0)),
+                bool(request.get("native", False)),
             )
             return {"stacks": [stacks.to_json() for stacks in found]}
         if op == "timeline":
