@@ -8,7 +8,7 @@ extensions (layer 5) import the actor API from here, never from its private modu
 
 from __future__ import annotations
 
-from ._actor import Actor
+from ._actor import Actor, point_of
 from ._actor_group import actor_mesh
 from ._actor_logs import install as install_actor_logs
 from ._actor_mesh import ActorMesh, MeshRef
@@ -113,6 +113,7 @@ __all__ = [
     "host_mesh",
     "install_actor_logs",
     "install_supervision",
+    "point_of",
     "proc_mesh",
     "resolved",
     "returns_future",

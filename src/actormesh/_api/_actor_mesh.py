@@ -251,13 +251,16 @@ class ActorMesh(Shaped, Generic[T]):
         """Per root rank, as seen by this process: in flight, completed, failed, latency."""
         return self._state.stats()
 
-    def stacks(self, timeout: float = 5.0) -> Future[Stacks]:
+    def stacks(self, timeout: float = 5.0, native: bool = False) -> Future[Stacks]:
         """What each actor of this handle is doing now: its Python stacks (the thread
         running its endpoint marked, the coroutines an ``async`` one awaits, threads
         its code started), with ranks that share a stack grouped; ``print()`` it.
 
         A process that cannot answer within ``timeout`` seconds (its event loop blocked
-        by a C call holding the GIL, say) is reported as silent.
+        by a C call holding the GIL, say) is reported as silent. ``native``: every
+        thread's C and Python frames and the GIL's holder instead, read by py-spy
+        (``actormesh[native]``) from outside the process, so a silent one is shown too
+        (processes on this host only).
         """
         from .._observe import mesh_stacks
         from ._future import from_concurrent
@@ -267,7 +270,7 @@ class ActorMesh(Shaped, Generic[T]):
             with contextlib.suppress(ActorDiedError):
                 runtime.connection(path)  # dialled here: the loop thread never dials
         ranks = list(self._shape.ranks)
-        inner = runtime.submit(mesh_stacks(runtime, self._ref, ranks, timeout))
+        inner = runtime.submit(mesh_stacks(runtime, self._ref, ranks, timeout, native))
         return from_concurrent(runtime, inner)
 
     def stop(self, reason: str = DEFAULT_STOP_REASON) -> Future[None]:

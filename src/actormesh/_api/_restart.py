@@ -121,6 +121,15 @@ class Restarter:
             self.runtime.end_relaunch(path, ActorDiedError("the process mesh was stopped"))
             return
         self.processes.children[self.processes.children.index(child)] = new
+        self.runtime.record_event(
+            "restart",
+            mesh=self.processes.name,
+            rank=child.rank,
+            pid=new.pid,
+            address=path,
+            message=child.restart_note,
+            old_pid=child.pid,
+        )
         problems = await self._rebuild(path)
         if problems:
             self._failed(child, "; ".join(problems))
@@ -164,6 +173,9 @@ class Restarter:
     def _failed(self, child: ChildProcess, why: str) -> None:
         reason = f"rank {child.rank} could not be restarted: {why}"
         log.error("process mesh '%s': %s", self.processes.name, reason)
+        self.runtime.record_event(
+            "restart_failed", mesh=self.processes.name, rank=child.rank, message=reason
+        )
         for state in all_states():
             if state.stopped or state.mesh_id not in self.spawned:
                 continue

@@ -118,6 +118,17 @@ def report(state: MeshState, failure: Failure) -> None:
     """Hand ``failure`` of ``state``'s mesh to its owner (loop thread)."""
     owner = state.owner
     runtime = Runtime.current()
+    if runtime is not None:
+        runtime.record_event(
+            "supervision",
+            mesh=failure.mesh,
+            rank=failure.ranks[0] if len(failure.ranks) == 1 else None,
+            message=str(failure.error),
+            failure=failure.kind,
+            ranks=list(failure.ranks),
+            actor=failure.actor,
+            cause=failure.cause,
+        )
     if owner is not None and runtime is not None:
         if runtime.deliver_local(*owner, _Supervise(runtime, owner, failure)):
             return

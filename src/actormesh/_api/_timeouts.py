@@ -115,6 +115,12 @@ def timeout_error(
     """The ``CallTimeoutError`` for a wait on ``endpoint`` that ran out of time."""
     after = f"after {timeout:g} s" if timeout is not None else ""
     head = f"timed out {after} waiting for {endpoint_named(endpoint)} of mesh '{mesh}'"
+    runtime = Runtime.current()
+    if runtime is not None:
+        rank = pending[0] if len(pending) == 1 else None
+        runtime.record_event(
+            "timeout", mesh=mesh, rank=rank, message=head, endpoint=endpoint, pending=pending
+        )
     if not pending:
         return CallTimeoutError(head)
     lines = [

@@ -13,6 +13,7 @@ import functools
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -29,6 +30,7 @@ from ._inspect import describe
 from ._limits import check_message_size
 from ._mailbox import Mailbox
 from ._serialization import dumps, loads
+from ._timeline import RECORDER
 
 __all__ = ["Hosting"]
 
@@ -60,6 +62,7 @@ class _Delivery:
 
     __slots__ = (
         "answered",
+        "arrived",
         "buffers",
         "cancelled",
         "conn",
@@ -69,6 +72,7 @@ class _Delivery:
         "payload",
         "port",
         "rank",
+        "reply_bytes",
         "reply_conn",
         "req_id",
         "view",
@@ -109,6 +113,9 @@ class _Delivery:
         self.buffers = buffers
         self.hosted = hosted  # its mesh's name and the actor's point, for errors
         self.cancelled = False
+        # For its span in the process' timeline (``_timeline``), when one is kept.
+        self.arrived = time.monotonic() if RECORDER.on else 0.0
+        self.reply_bytes = 0
 
     @property
     def mesh_id(self) -> str:
@@ -140,6 +147,8 @@ class _Delivery:
         self.answered = True
         try:
             payload, buffers = dumps(value)
+            if RECORDER.on:
+                self.reply_bytes = len(payload) + sum(b.raw().nbytes for b in buffers)
             if len(payload) > self.max_bytes or buffers:
                 what = f"the value returned by {endpoint_named(self.endpoint)}"
                 check_message_size([payload, *buffers], self.max_bytes, what)
@@ -305,6 +314,8 @@ class Hosting:
         raise NotImplementedError
 
     def _mailbox(self, name: str) -> Mailbox:
+        config = self.config
+        RECORDER.configure(config.timeline_spans if config.observe else 0)
         return Mailbox(
             self.loop,
             name,

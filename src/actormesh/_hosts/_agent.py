@@ -116,6 +116,7 @@ class Agent:
         # This host's workers listen where other hosts reach it (dual addresses).
         runtime.advertise = advertise
         runtime.owner_decides_restarts = True
+        runtime.event_source = "agent"  # an event log of this host's workers
         self._owner = runtime.parent
         # Workers by the address the owner knows them by (their TCP address).
         self._workers: dict[str, ChildProcess] = {}

@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +41,7 @@ from .._transport import (
 from ._agent_link import AgentLink, RelayConnection, RelayedProcess, WorkerSpec
 from ._aggregate import LineAggregator
 from ._debug_relay import DebugRelay
+from ._event_log import EventLog, open_event_log
 from ._forkserver import ForkServer, template_key
 from ._forkserver import available as forks_available
 from ._heartbeat import HeartbeatMonitor
@@ -86,6 +88,37 @@ class Runtime(CoreRuntime):
         # Breakpoints in workers: passed up to the owner (a controller puts its own
         # debugger hub here, see actormesh._observe).
         self.frame_kinds[headers.DEBUG] = DebugRelay(self).on_frame
+        # Who keeps a job event log here: the controller, or an agent (which says so).
+        self.event_source: str | None = None
+        self._events: EventLog | bool | None = None  # False: none is kept here
+        self._events_lock = threading.Lock()
+
+    # -- the job event log ----------------------------------------------------------------
+
+    @property
+    def events(self) -> EventLog | None:
+        """This process' job event log (``_event_log``), opened on first use; ``None`` in a
+        worker, or when ``Config.event_log`` is off."""
+        events = self._events
+        if events is None:
+            with self._events_lock:
+                if self._events is None:
+                    source = self.event_source or ("controller" if self._parent is None else None)
+                    opened = open_event_log(self.config, source) if source else None
+                    self._events = opened if opened is not None else False
+                events = self._events
+        return events if isinstance(events, EventLog) else None
+
+    def record_event(self, kind: str, **fields: Any) -> None:
+        """Add an event to the job event log, if this process keeps one (any thread)."""
+        events = self.events
+        if events is not None:
+            events.record(kind, **fields)
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        if isinstance(self._events, EventLog):
+            self._events.close()  # after the workers stopped: their exits are in it
 
     # -- the core runtime's hooks ---------------------------------------------------------
 
@@ -261,6 +294,7 @@ class Runtime(CoreRuntime):
                 forwarder.start()
             self._forwarders[path] = forwarders
         child.watch(self.loop, self._child_exited)
+        self.record_event("process_start", rank=rank, pid=child.pid, address=path, key=key)
         return child
 
     @property
@@ -504,6 +538,17 @@ class Runtime(CoreRuntime):
         reason = f"process {child.pid} (rank {child.rank}) {how}"
         if child.restart_note:
             reason += f"; {child.restart_note}"
+        code = child.returncode
+        self.record_event(
+            "process_exit",
+            rank=child.rank,
+            pid=child.pid,
+            address=path,
+            exit_code=code if code is not None and code >= 0 else None,
+            signal=-code if code is not None and code < 0 else None,
+            message=reason,
+            asked=child.stopping,
+        )
         if isinstance(child, RemoteProcess):
             link = self.agents.pop(child.conn, None)
             if link is not None:  # a host agent: its workers went with it

@@ -16,23 +16,40 @@ from typing import Any
 
 from .._hosts import Runtime
 from ._hub import DebugHub
+from ._metric_backends import (
+    ConsoleBackend,
+    JsonlBackend,
+    MetricBackend,
+    TensorBoardBackend,
+    WandbBackend,
+)
+from ._metric_logger import MetricLogger
 from ._registry import JobAddress, find_jobs, job_address
 from ._report import Meshes, mesh_stacks
 from ._service import JobService
 from ._stacks import StackGroup, Stacks
+from ._timeline import timeline, write_trace
 from ._wire import read_message, write_message
 
 __all__ = [
+    "ConsoleBackend",
     "JobAddress",
+    "JsonlBackend",
+    "MetricBackend",
+    "MetricLogger",
     "Observer",
     "StackGroup",
     "Stacks",
+    "TensorBoardBackend",
+    "WandbBackend",
     "find_jobs",
     "mesh_stacks",
     "observer",
     "read_message",
     "spawned",
+    "timeline",
     "write_message",
+    "write_trace",
 ]
 
 
@@ -83,6 +100,15 @@ def spawned(mesh: Any) -> None:
     if found is not None:
         ref = mesh._ref
         found.meshes.track(ref)
+        found.runtime.record_event(
+            "mesh_spawn",
+            mesh=ref.name,
+            message=ref.class_name,
+            mesh_id=ref.mesh_id,
+            labels=list(ref.labels),
+            sizes=list(ref.sizes),
+            addresses=list(ref.paths),
+        )
         lines = found.runtime.output_lines
         if lines is not None:
             lines.declare(ref.name, ref.labels, ref.sizes)

@@ -11,6 +11,7 @@ without the runtime.
 from __future__ import annotations
 
 from ._placement import Placement, plan, resources_from
+from ._reduce import Reduce, State, Tally, reduce_states
 from ._routing import (
     Affinity,
     ChoosePolicy,
@@ -37,11 +38,15 @@ __all__ = [
     "Placement",
     "PowerOfTwo",
     "Random",
+    "Reduce",
     "RoundRobin",
+    "State",
+    "Tally",
     "WorkQueue",
     "as_dispatch",
     "plan",
     "policy_from",
+    "reduce_states",
     "resources_from",
     "split_along",
     "takes_key",

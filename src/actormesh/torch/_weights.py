@@ -136,6 +136,14 @@ def sync_weights(
         finally:
             progress.done()
         seconds = time.perf_counter() - started
+        runtime.record_event(
+            "weights",
+            mesh=target.name,
+            message=f"weights v{version} synced from '{source.name}'",
+            version=version,
+            source=source.name,
+            seconds=seconds,
+        )
         return SyncReport(
             version,
             sum(nbytes for nbytes, _ in sent),
