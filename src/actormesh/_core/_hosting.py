@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from .._config import Config
 from .._exceptions import ActorDiedError, MeshStoppedError, endpoint_named
-from .._transport import Connection, TransportClosed
+from .._transport import Link, TransportClosed
 from . import _headers as hdr
 from . import _snapshot
 from ._debugger import paused
@@ -81,7 +81,7 @@ class _Delivery:
     # The largest reply this process may send (Config.max_message_bytes, set by Runtime).
     max_bytes: ClassVar[int] = 1 << 40
     # How to reach a port's process (the runtime's ``connection``, set by Runtime).
-    connect: ClassVar[Callable[[str], Connection] | None] = None
+    connect: ClassVar[Callable[[str], Link] | None] = None
     # How to drop an actor that failed for good (the runtime's ``drop_actor``, any thread).
     drop: ClassVar[Callable[[str, int, BaseException], None] | None] = None
     # How to tell a mesh's spawner of a failure (the runtime's ``escalate``, any thread).
@@ -89,14 +89,14 @@ class _Delivery:
 
     def __init__(
         self,
-        conn: Connection,
+        conn: Link,
         req_id: int,
         rank: int,
         endpoint: str,
         payload: memoryview,
         buffers: list[memoryview],
         hosted: _HostedActor,
-        reply_conn: Connection | None = None,
+        reply_conn: Link | None = None,
         port: tuple[str, int] | None = None,
         view: tuple[Any, ...] | None = None,
     ) -> None:
@@ -301,12 +301,12 @@ class Hosting:
     config: Config
     loop: asyncio.AbstractEventLoop
     _hosted: dict[str, dict[int, _HostedActor]]
-    _spawners: dict[str, Connection]
+    _spawners: dict[str, Link]
     # (mesh id, rank) -> what calls to an actor that is not here get: the error of its
     # __init__ (or of loading its class), or why it was dropped.
     _absent_answers: dict[tuple[str, int], bytes]
     # Connections callers' own event loops read their replies on, by token (REPLY_TO).
-    _reply_conns: dict[str, Connection]
+    _reply_conns: dict[str, Link]
     # Calls that came before their mesh's spawn did.
     _early: EarlyCalls
 
@@ -323,9 +323,7 @@ class Hosting:
             new_loop=functools.partial(new_event_loop, self.config),
         )
 
-    def _handle_call(
-        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
-    ) -> None:
+    def _handle_call(self, conn: Link, header: tuple[Any, ...], parts: list[memoryview]) -> None:
         req_id, mesh_id, ranks, endpoint, token, port, view = hdr.read(hdr.Call, header)
         reply_conn = self._reply_conns.get(token) if token is not None else None
         actors = self._hosted.get(mesh_id)
@@ -345,20 +343,20 @@ class Hosting:
                 )
             )
 
-    def _handle_reply_to(self, conn: Connection, header: tuple[Any, ...]) -> None:
+    def _handle_reply_to(self, conn: Link, header: tuple[Any, ...]) -> None:
         # A caller's loop will read replies here; it waits for this confirmation.
         reply_to = hdr.read(hdr.ReplyTo, header)
         self._reply_conns[reply_to.token] = conn
         with contextlib.suppress(TransportClosed):
             conn.send([hdr.encode(reply_to)])
 
-    def _forget_reply_conn(self, conn: Connection) -> None:
+    def _forget_reply_conn(self, conn: Link) -> None:
         for token, known in list(self._reply_conns.items()):
             if known is conn:
                 del self._reply_conns[token]
 
     def _reply_missing(
-        self, conn: Connection, req_id: int, rank: int, mesh_id: str, endpoint: str
+        self, conn: Link, req_id: int, rank: int, mesh_id: str, endpoint: str
     ) -> None:
         payload = self._absent_answers.get((mesh_id, rank))
         if payload is None:
@@ -370,9 +368,7 @@ class Hosting:
         with contextlib.suppress(TransportClosed):
             conn.send([hdr.encode(head), payload])
 
-    def _handle_spawn(
-        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
-    ) -> None:
+    def _handle_spawn(self, conn: Link, header: tuple[Any, ...], parts: list[memoryview]) -> None:
         req_id, mesh_id, ranks = hdr.read(hdr.Spawn, header)
         self._spawners[mesh_id] = conn
         actors = self._hosted.setdefault(mesh_id, {})
@@ -412,7 +408,7 @@ class Hosting:
         self._early.arrived(mesh_id)
 
     def _deliveries(
-        self, conn: Connection, mesh_id: str, ranks: Sequence[int], req_id: int
+        self, conn: Link, mesh_id: str, ranks: Sequence[int], req_id: int
     ) -> list[tuple[int, _HostedActor | None, Callable[[Any], bool]]]:
         """For each rank: its hosted actor here, and a test for request ``req_id``'s message."""
         actors = self._hosted.get(mesh_id, {})
@@ -425,13 +421,13 @@ class Hosting:
 
         return [(rank, actors.get(rank), mine) for rank in ranks]
 
-    def _handle_cancel(self, conn: Connection, header: tuple[Any, ...]) -> None:
+    def _handle_cancel(self, conn: Link, header: tuple[Any, ...]) -> None:
         req_id, mesh_id, ranks = hdr.read(hdr.Cancel, header)
         for _rank, hosted, mine in self._deliveries(conn, mesh_id, ranks, req_id):
             if hosted is not None:
                 hosted.mailbox.cancel(mine)
 
-    def _handle_inspect(self, conn: Connection, header: tuple[Any, ...]) -> None:
+    def _handle_inspect(self, conn: Link, header: tuple[Any, ...]) -> None:
         req_id, mesh_id, ranks, call_id = hdr.read(hdr.Inspect, header)
         answers: dict[int, dict[str, Any]] = {}
         for rank, hosted, mine in self._deliveries(conn, mesh_id, ranks, call_id):
@@ -443,7 +439,7 @@ class Hosting:
         with contextlib.suppress(TransportClosed):
             conn.send(reply)
 
-    def _handle_observe(self, conn: Connection, header: tuple[Any, ...]) -> None:
+    def _handle_observe(self, conn: Link, header: tuple[Any, ...]) -> None:
         req_id, what = hdr.read(hdr.Observe, header)
         actors = [
             (hosted.mesh_id, rank, hosted.mesh_name, hosted.point, hosted.mailbox)
@@ -520,7 +516,7 @@ class Hosting:
             return False
         return True
 
-    def _handle_stop_mesh(self, conn: Connection, header: tuple[Any, ...]) -> None:
+    def _handle_stop_mesh(self, conn: Link, header: tuple[Any, ...]) -> None:
         req_id, mesh_id = hdr.read(hdr.StopMesh, header)
         self._spawners.pop(mesh_id, None)
         self._early.ended(mesh_id)

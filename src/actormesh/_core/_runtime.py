@@ -35,6 +35,7 @@ from .._transport import (
     CloseHandler,
     Connection,
     Limits,
+    Link,
     Listener,
     SegmentShare,
     TcpListener,
@@ -125,9 +126,9 @@ class CoreRuntime(Hosting):
         self._ids = itertools.count(1)
         self._pending: dict[int, ReplyHandler] = {}
         self._hosted: dict[str, dict[int, _HostedActor]] = {}
-        self._spawners: dict[str, Connection] = {}  # mesh id -> who spawned it here
+        self._spawners: dict[str, Link] = {}  # mesh id -> who spawned it here
         self._absent_answers: dict[tuple[str, int], bytes] = {}
-        self._reply_conns: dict[str, Connection] = {}
+        self._reply_conns: dict[str, Link] = {}
         self._early = EarlyCalls(loop, _EARLY_CALL_WAIT, self._handle_call)
         # Calls made on other event loops get their replies read there (no thread hop).
         self.routes = ReplyRoutes(

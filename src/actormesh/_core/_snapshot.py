@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .._transport import Connection, TransportClosed
+from .._transport import Connection, Link, TransportClosed
 from . import _headers as hdr
 from . import _metrics
 from ._inspect import task_stack, thread_stacks
@@ -167,7 +167,7 @@ async def observe(
     return results
 
 
-def reply(conn: Connection, req_id: int, value: dict[str, Any]) -> None:
+def reply(conn: Link, req_id: int, value: dict[str, Any]) -> None:
     """Send an OBSERVE answer back (loop thread)."""
     with contextlib.suppress(TransportClosed):
         conn.send([hdr.encode(hdr.Reply(req_id, -1, True)), dumps(value)[0]])

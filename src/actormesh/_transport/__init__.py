@@ -28,6 +28,7 @@ from ._blocking import exchange_frame, read_frame, write_frame
 from ._connection import CloseHandler, Connection, TransportClosed
 from ._frames import Buffer
 from ._gatekeeper import Gatekeeper, Limits
+from ._link import Link, MemoryLink
 from ._shm import SegmentShare
 from ._steps import Steps, run_blocking
 from ._tcp import (
@@ -51,7 +52,9 @@ __all__ = [
     "Gatekeeper",
     "HANDSHAKE_TIMEOUT",
     "Limits",
+    "Link",
     "Listener",
+    "MemoryLink",
     "SegmentShare",
     "Steps",
     "TcpListener",
