@@ -15,7 +15,6 @@ import pytest
 
 from actormesh import Config
 from actormesh._core import CoreRuntime, EndpointKind, dumps, headers, loads
-from actormesh._core._hosting import _Delivery
 from actormesh._transport import Link, MemoryLink, TransportClosed
 
 pytestmark = pytest.mark.timeout(30)
@@ -209,7 +208,6 @@ class CounterSpec:
 @pytest.fixture
 def hosting() -> Iterator[tuple[MemoryLink, _Inbox]]:
     """A runtime of layer 2 with nothing under it but one memory link to a caller."""
-    saved = (_Delivery.max_bytes, _Delivery.connect, _Delivery.drop, _Delivery.escalate)
     worker, caller = _LoopThread("worker-loop"), _LoopThread("caller-loop")
     runtime = CoreRuntime(Config(), worker.loop, "memory-worker")
     runtime.loop_thread_id = worker.thread.ident
@@ -228,7 +226,6 @@ def hosting() -> Iterator[tuple[MemoryLink, _Inbox]]:
         worker.run(runtime._close_listener)
         worker.stop()
         caller.stop()
-        _Delivery.max_bytes, _Delivery.connect, _Delivery.drop, _Delivery.escalate = saved
 
 
 def _reply(inbox: _Inbox) -> tuple[headers.Reply, Any]:

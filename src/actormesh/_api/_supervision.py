@@ -130,7 +130,7 @@ def report(state: MeshState, failure: Failure) -> None:
             cause=failure.cause,
         )
     if owner is not None and runtime is not None:
-        if runtime.deliver_local(*owner, _Supervise(runtime, owner, failure)):
+        if runtime.hosting.deliver_local(*owner, _Supervise(runtime, owner, failure)):
             return
         # The owning actor is gone (its mesh stopped): its own owner hears of it.
         if _escalate(runtime, owner, failure, None):
@@ -214,7 +214,7 @@ def _escalate(
         failure,
     )
     payload = error_payload(error, mesh=mesh_id.rsplit("-", 1)[0], point={}, endpoint=_HOOK)
-    return runtime.escalate(mesh_id, rank, _HOOK, payload)
+    return runtime.hosting.escalate(mesh_id, rank, _HOOK, payload)
 
 
 class _Supervise:
@@ -267,7 +267,7 @@ class _Supervise:
         error = SupervisionError(
             f"did not handle a failure of mesh '{self.failure.mesh}' it owns", self.failure
         )
-        self.runtime.drop_actor(mesh_id, rank, error)
+        self.runtime.hosting.drop_actor(mesh_id, rank, error)
 
 
 def _on_failure_frame(mesh_id: str, rank: int, endpoint: str, payload: memoryview) -> None:

@@ -35,7 +35,6 @@ from .._transport import (
     CloseHandler,
     Connection,
     Limits,
-    Link,
     Listener,
     SegmentShare,
     TcpListener,
@@ -54,17 +53,13 @@ from .._transport import (
 )
 from . import _headers as hdr
 from ._dispatch import Handler, Table, dispatch, frame_table
-from ._early_calls import EarlyCalls
 from ._event_loops import new_event_loop
-from ._hosting import Hosting, _Delivery, _HostedActor
+from ._hosting import Hosting
 from ._reply_routes import ReplyRoute, ReplyRoutes
 
 __all__ = ["CoreRuntime", "FrameKindHandler", "ReplyHandler", "new_event_loop"]
 
 log = logging.getLogger("actormesh.runtime")
-# Seconds a call for a mesh unknown here waits for that mesh's spawn (see _early_calls):
-# the spawn is already on its way when the call could be made.
-_EARLY_CALL_WAIT = 10.0
 T = TypeVar("T")
 FrameKindHandler = Callable[[Connection, tuple[Any, ...], list[memoryview]], None]
 R = TypeVar("R", bound="CoreRuntime")
@@ -87,7 +82,7 @@ def _local_only(host: str) -> bool:
     return host.startswith("127.") or host in ("::1", "localhost", "0.0.0.0", "::")
 
 
-class CoreRuntime(Hosting):
+class CoreRuntime:
     """This process' runtime, without the processes it owns; see the module docstring.
 
     The runtime every process uses is ``actormesh._hosts.Runtime``: this one plus the
@@ -104,10 +99,6 @@ class CoreRuntime(Hosting):
         self.owner_pid = os.getpid()
         # The pid of a child this object was copied into by a fork (see _forget_after_fork).
         self.inherited_by: int | None = None
-        _Delivery.max_bytes = config.max_message_bytes
-        _Delivery.connect = self.connection
-        _Delivery.drop = self.drop_actor
-        _Delivery.escalate = self.escalate
         self.loop = loop
         self.key = key
         # Workers started here share their owner's directory; others make their own.
@@ -125,11 +116,8 @@ class CoreRuntime(Hosting):
         self._dead_paths: dict[str, str] = {}
         self._ids = itertools.count(1)
         self._pending: dict[int, ReplyHandler] = {}
-        self._hosted: dict[str, dict[int, _HostedActor]] = {}
-        self._spawners: dict[str, Link] = {}  # mesh id -> who spawned it here
-        self._absent_answers: dict[tuple[str, int], bytes] = {}
-        self._reply_conns: dict[str, Link] = {}
-        self._early = EarlyCalls(loop, _EARLY_CALL_WAIT, self._handle_call)
+        # The actors hosted here: a part of its own, given this runtime's links.
+        self.hosting = Hosting(config, loop, self)
         # Calls made on other event loops get their replies read there (no thread hop).
         self.routes = ReplyRoutes(
             loop, self._new_route_connection, key, spin=self.config.reply_spin
@@ -534,18 +522,12 @@ class CoreRuntime(Hosting):
         handlers: dict[int, Handler] = {
             hdr.REPLY: self._handle_reply,
             hdr.REPLIES: self._handle_replies,
-            hdr.CALL: self._handle_call,
-            hdr.SPAWN: self._handle_spawn,
             hdr.FAILURE: self._handle_failure,
             hdr.HELLO: header_only(self._handle_hello),
-            hdr.STOP_MESH: header_only(self._handle_stop_mesh),
             hdr.SHUTDOWN: header_only(self._handle_shutdown),
             hdr.PING: header_only(self._handle_ping),
             hdr.PONG: lambda conn, header, parts: self._heartbeat_answered(conn.peer),
-            hdr.CANCEL: header_only(self._handle_cancel),
-            hdr.INSPECT: header_only(self._handle_inspect),
-            hdr.OBSERVE: header_only(self._handle_observe),
-            hdr.REPLY_TO: header_only(self._handle_reply_to),
+            **self.hosting.handlers(),
         }
         return frame_table(hdr.LAYOUTS, handlers, self._other_kind)
 
@@ -619,8 +601,7 @@ class CoreRuntime(Hosting):
             for path, known in list(self._conns.items()):
                 if known is conn:
                     del self._conns[path]
-        if self._reply_conns:
-            self._forget_reply_conn(conn)
+        self.hosting.forget_reply_conn(conn)
         self.routes.peer_gone(conn.peer)
         if conn is self._parent:
             self._exit_worker("the owner went away")
@@ -645,10 +626,7 @@ class CoreRuntime(Hosting):
             return
         log.debug("worker %s exiting: %s", self.key, why)
         self.closed = True
-        for actors in self._hosted.values():
-            for hosted in actors.values():
-                hosted.mailbox.close()
-        self._hosted.clear()
+        self.hosting.close_all()
         if self._listener is not None:
             self._listener.close()
         self._close_tcp_listeners()

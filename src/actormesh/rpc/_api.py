@@ -239,7 +239,7 @@ def _host(runtime: Runtime, agent: Agent, mesh_id: str, name: str, rank: int) ->
             errors.append(error)
         built.set()
 
-    runtime.host(mesh_id, rank, lambda: agent, name, {"rank": rank}, done)
+    runtime.hosting.host(mesh_id, rank, lambda: agent, name, {"rank": rank}, done)
     if not built.wait(_HOST_TIMEOUT_S):
         raise RpcTimeoutError("init_rpc: the RPC agent did not start")
     if errors:
