@@ -15,7 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .._core import check_message_size, dumps_arguments, headers, loads, raised_error
+from .._core import check_message_size, dumps, dumps_arguments, headers, loads, raised_error
 from .._exceptions import (
     ActorDiedError,
     ActorError,
@@ -49,6 +49,8 @@ class _Request:
     # Whether a host agent may hold its workers' replies and send them as one (the caller
     # waits for all of them anyway).
     gathers = False
+    # A reducing call's combine function, pickled: host agents fold their workers' values.
+    combine: bytes | None = None
 
     def __init__(self, mesh: ActorMesh[Any], endpoint: str, ranks: tuple[int, ...]) -> None:
         self.runtime = Runtime.get()
@@ -108,7 +110,8 @@ class _Request:
             (conn, ranks, self._header(ranks, route.token_for(path) if route else None), parts)
             for path, conn, ranks, parts in ready
         ]
-        unreachable.extend(runtime.send_frames(outgoing, self.req_id if self.gathers else 0))
+        gather = self.req_id if self.gathers else 0
+        unreachable.extend(runtime.send_frames(outgoing, gather, self.combine))
         for path, ranks, parts in held:
             self._hold(path, ranks, parts)
         for ranks, reason in unreachable:
@@ -438,6 +441,54 @@ class _Gather(_Request):
             self.future._set_exception(error)
 
 
+class _Reduce(_Gather):
+    """``reduce``: every rank's value combined into one by an associative and commutative
+    function; host agents combine their own workers' values first and answer with one
+    ``PARTIAL`` reply each (``_hosts/_reduction.py``)."""
+
+    routed = False  # the answers come through the agents, never on a reply route
+
+    def __init__(self, mesh: ActorMesh[Any], endpoint: str, combine: Callable[[Any, Any], Any]):
+        super().__init__(mesh, endpoint)
+        self.fold = combine
+        self.combine = dumps(combine)[0]  # raises here, at the call, if it cannot travel
+        self.folded = 0
+        self.value: Any = None
+
+    def on_reply(self, rank: int, ok: bool, parts: list[memoryview]) -> bool:
+        if rank != headers.PARTIAL:
+            return super().on_reply(rank, ok, parts)
+        ranks, value = loads(parts[0], parts[1:])
+        for covered in ranks:
+            if self.outstanding.pop(covered, None) is None:
+                continue
+            started = self.started.pop(covered, None)
+            if started is not None:
+                self.state.finished(covered, started, True)
+            if self.state.dead:
+                self._answered(covered)
+        self._value(headers.PARTIAL, value)
+        if not self.outstanding:
+            self._complete()
+            return True
+        return False
+
+    def _value(self, rank: int, value: Any) -> None:
+        try:
+            self.value = value if not self.folded else self.fold(self.value, value)
+        except Exception as error:
+            self.future._set_exception(error)
+        self.folded += 1
+
+    def _complete(self) -> None:
+        if self.future.done():
+            return
+        if self.deaths:
+            self._fail_with_deaths()
+            return
+        self.future._set_result(self.value)
+
+
 class _One(_Request):
     """``call_one`` and ``choose``: the single rank's plain value."""
 
@@ -583,6 +634,18 @@ class Adverbs:
     ) -> Future[Any]:
         parts = self._prepare(ep, args, kwargs)
         request = _Gather(self.mesh, ep.name)
+        request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])
+        return request.future
+
+    def reduce(
+        self,
+        ep: Endpoint[Any, Any],
+        combine: Callable[[Any, Any], Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Future[Any]:
+        parts = self._prepare(ep, args, kwargs)
+        request = _Reduce(self.mesh, ep.name, combine)
         request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])
         return request.future
 

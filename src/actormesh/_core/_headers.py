@@ -43,14 +43,16 @@ and the workers of one host::
     Relay     + a whole frame for the worker at ``address``
     Cast      + parts shared by every worker named: each target ``(address, ranks,
               encoded header)`` gets its header and the parts; ``gather``: the req_id
-              whose replies the agent batches
+              whose replies the agent batches; ``combine``: how it folds their values
     Replies   + every reply's parts, back to back; ``replies``: ``(req_id, rank, ok,
               nparts)`` for each
     HostOp    + args pickle: a host operation (spawn, relaunch, signal); one Reply
               (rank -1)
     Event     + details pickle: a worker exited, or output lines for the owner's streams
 
-``req_id`` 0 means no reply is wanted (``broadcast``).
+``req_id`` 0 means no reply is wanted (``broadcast``). A reply whose rank is ``PARTIAL``
+carries the combined value of several ranks, and which ranks they are (a reducing call
+through a host agent).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ __all__ = [
     "KINDS",
     "LAYOUTS",
     "OBSERVE",
+    "PARTIAL",
     "Observe",
     "PING",
     "PONG",
@@ -114,6 +117,9 @@ HELLO, SPAWN, CALL, REPLY, FAILURE, STOP_MESH, CANCEL, SHUTDOWN = range(1, 9)
 PING, PONG, INSPECT, REPLY_TO = range(9, 13)
 RELAY, CAST, REPLIES, HOST, EVENT = range(13, 18)
 OBSERVE, DEBUG = range(18, 20)
+
+# The rank of a reply that stands for several ranks: ``(ranks, combined value)``.
+PARTIAL = -2
 
 Ranks = tuple[int, ...]
 # A called slice's shape: its dimension labels, sizes, and the ranks it holds.
@@ -200,6 +206,9 @@ class Relay(NamedTuple):
 class Cast(NamedTuple):
     gather: int
     targets: list[CastTarget]
+    # A reducing call's combine function, pickled: the agent folds its workers' values
+    # with it and answers with one PARTIAL reply for them (see ``_hosts/_reduction.py``).
+    combine: bytes | None = None
 
 
 class Replies(NamedTuple):

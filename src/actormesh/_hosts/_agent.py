@@ -60,6 +60,7 @@ from .._transport import (
 from ._agent_link import WorkerSpec
 from ._lifetime import serve
 from ._process import ChildProcess
+from ._reduction import Reduction
 from ._runtime import Runtime
 
 __all__ = ["Agent", "HostInfo", "dial_agent", "main", "serve_agent", "serve_agent_listening"]
@@ -78,12 +79,39 @@ class HostInfo:
 
 @dataclass
 class _Batch:
-    """The replies of one gathered ``CAST`` from this host's workers, sent as one frame."""
+    """The replies of one gathered ``CAST`` from this host's workers, sent as one frame
+    (with a ``reduction``, the values folded into one ``PARTIAL`` reply)."""
 
     upstream: Connection
     waiting: dict[str, int]  # worker address -> ranks still to answer there
+    reduction: Reduction | None = None
     replies: list[tuple[int, int, bool, int]] = field(default_factory=list)
     parts: list[Any] = field(default_factory=list)
+    # The replies folded so far, as they came: they go up so if the reduction breaks.
+    folded: list[tuple[int, list[Any]]] = field(default_factory=list)
+
+    def add(self, req_id: int, rank: int, ok: bool, parts: list[Any]) -> None:
+        """A worker's reply (``parts``: after its header)."""
+        if ok and self.reduction is not None and self.reduction.add(rank, parts):
+            self.folded.append((rank, parts))
+            return
+        self.replies.append((req_id, rank, ok, len(parts)))
+        self.parts.extend(parts)
+
+    def frame(self, req_id: int) -> list[Any] | None:
+        """The ``REPLIES`` frame of everything added (``None``: nothing was)."""
+        reduction = self.reduction
+        if reduction is not None and not reduction.broken and reduction.ranks:
+            partial = reduction.partial()
+            self.replies.append((req_id, headers.PARTIAL, True, len(partial)))
+            self.parts.extend(partial)
+        else:
+            for rank, parts in self.folded:
+                self.replies.append((req_id, rank, True, len(parts)))
+                self.parts.extend(parts)
+        if not self.replies:
+            return None
+        return [headers.encode(headers.Replies(self.replies)), *self.parts]
 
 
 class _OwnerStream(io.TextIOBase):
@@ -191,11 +219,12 @@ class Agent:
         self._to_worker(headers.read(headers.Relay, header).address, parts[1:])
 
     def _cast(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
-        gather, targets = headers.read(headers.Cast, header)
+        gather, targets, combine = headers.read(headers.Cast, header)
         shared = parts[1:]
         if gather:
             waiting = {address: len(ranks) for address, ranks, _ in targets}
-            self._batches[gather] = _Batch(conn, waiting)
+            reduction = Reduction(combine) if combine is not None else None
+            self._batches[gather] = _Batch(conn, waiting, reduction)
         for address, _, inner in targets:
             self._to_worker(address, [inner, *shared])
 
@@ -216,8 +245,7 @@ class Agent:
             with contextlib.suppress(TransportClosed):
                 self._owner.send(parts)
             return
-        batch.replies.append((req_id, rank, ok, len(parts) - 1))
-        batch.parts.extend(parts[1:])
+        batch.add(req_id, rank, ok, parts[1:])
         address = self._address_of(conn)
         if address in batch.waiting:
             batch.waiting[address] -= 1
@@ -228,10 +256,10 @@ class Agent:
 
     def _flush(self, req_id: int) -> None:
         batch = self._batches.pop(req_id)
-        if batch.replies:
-            header = headers.encode(headers.Replies(batch.replies))
+        frame = batch.frame(req_id)
+        if frame is not None:
             with contextlib.suppress(TransportClosed):
-                batch.upstream.send([header, *batch.parts])
+                batch.upstream.send(frame)
 
     def _address_of(self, conn: Connection) -> str | None:
         for address, worker in self._workers.items():

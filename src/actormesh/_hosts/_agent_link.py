@@ -224,11 +224,16 @@ class AgentLink:
         return RelayConnection(self, address)
 
     def cast(
-        self, gather: int, targets: list[tuple[str, tuple[int, ...], bytes]], parts: list[Any]
+        self,
+        gather: int,
+        targets: list[tuple[str, tuple[int, ...], bytes]],
+        parts: list[Any],
+        combine: bytes | None = None,
     ) -> None:
         """One frame for several workers of this host: each gets its header and ``parts``;
-        a nonzero ``gather`` (a request id) has the agent send their replies as one."""
-        header = headers.encode(headers.Cast(gather, targets))
+        a nonzero ``gather`` (a request id) has the agent send their replies as one, with
+        their values folded by ``combine`` (a pickled function) if given."""
+        header = headers.encode(headers.Cast(gather, targets, combine))
         self.conn.send([header, *parts])
 
     # -- what the agent tells us ------------------------------------------------------------

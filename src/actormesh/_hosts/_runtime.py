@@ -458,12 +458,14 @@ class Runtime(CoreRuntime):
         self,
         frames: Sequence[tuple[Connection, tuple[int, ...], tuple[Any, ...], list[Any]]],
         gather: int = 0,
+        combine: bytes | None = None,
     ) -> list[tuple[tuple[int, ...], str]]:
         """Send ``(conn, ranks, header, parts)`` frames; the ``(ranks, why)`` that failed.
 
         Frames for several workers behind one host agent that share their parts leave as
         one ``CAST`` to that agent (one frame per host, not per process); a nonzero
-        ``gather`` (the request's id) has each agent send its workers' replies as one.
+        ``gather`` (the request's id) has each agent send its workers' replies as one, and
+        a ``combine`` (a reducing call's function, pickled) has it fold their values.
         """
         failed: list[tuple[tuple[int, ...], str]] = []
         by_agent: dict[tuple[int, int], list[tuple[RelayConnection, tuple[int, ...], Any]]] = {}
@@ -492,7 +494,7 @@ class Runtime(CoreRuntime):
                     self.send(first, group[0][2], parts)
                 else:
                     targets = [(c.peer, r, headers.encode(h)) for c, r, h in group]
-                    first.link.cast(gather, targets, parts)
+                    first.link.cast(gather, targets, parts, combine)
             except (ActorDiedError, TransportClosed) as error:
                 failed.extend((r, str(error)) for _, r, _ in group)
         return failed
