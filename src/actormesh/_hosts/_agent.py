@@ -41,6 +41,7 @@ from .._transport import (
     Connection,
     Endpoint,
     Gatekeeper,
+    SegmentShare,
     TransportClosed,
     accept_steps,
     bind_socket,
@@ -225,10 +226,13 @@ class Agent:
             waiting = {address: len(ranks) for address, ranks, _ in targets}
             reduction = Reduction(combine) if combine is not None else None
             self._batches[gather] = _Batch(conn, waiting, reduction)
+        # Large shared parts go to this host's workers in one shared-memory copy, lent to
+        # each (as the owner does for the workers of its own host).
+        share = SegmentShare() if len(targets) > 1 else None
         for address, _, inner in targets:
-            self._to_worker(address, [inner, *shared])
+            self._to_worker(address, [inner, *shared], share)
 
-    def _to_worker(self, address: str, parts: list[Any]) -> None:
+    def _to_worker(self, address: str, parts: list[Any], share: SegmentShare | None = None) -> None:
         worker = self._workers.get(address)
         target = None if worker is None else self.runtime.known_connection(worker.listen_path)
         if target is None:
@@ -236,7 +240,7 @@ class Agent:
             log.debug("dropping a frame for %s: no such worker here now", address)
             return
         with contextlib.suppress(TransportClosed):
-            target.send(parts)
+            target.send(parts, share)
 
     def _reply_from_worker(self, conn: Connection, parts: list[memoryview]) -> None:
         req_id, rank, ok = headers.read(headers.Reply, headers.decode(parts[0]))
