@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from ._api._actor_group import actor_mesh as actor_mesh
     from ._api._actor_mesh import ActorMesh as ActorMesh
     from ._api._adverbs import ValueStream as ValueStream
+    from ._api._attach import AttachRefusedError as AttachRefusedError
+    from ._api._attach import Job as Job
+    from ._api._attach import attach as attach
     from ._api._context import cancelled as cancelled
     from ._api._context import context as context
     from ._api._context import current_actor_name as current_actor_name
@@ -86,6 +89,7 @@ __all__ = [
     "ActorMesh",
     "ActorMeshError",
     "Affinity",
+    "AttachRefusedError",
     "CallTimeoutError",
     "Channel",
     "ChoosePolicy",
@@ -98,6 +102,7 @@ __all__ = [
     "Failure",
     "Future",
     "HostMesh",
+    "Job",
     "LeastLoaded",
     "MeshBusyError",
     "MeshStoppedError",
@@ -118,6 +123,7 @@ __all__ = [
     "WorkQueue",
     "actor_mesh",
     "as_endpoint",
+    "attach",
     "attach_to_workers",
     "cancelled",
     "concurrent_endpoint",
@@ -164,6 +170,8 @@ _WHERE: dict[str, str] = {
     "Failure": "._api._mesh_state",
     "Future": "._api._future",
     "HostMesh": "._api._host_mesh",
+    "Job": "._api._attach",
+    "AttachRefusedError": "._api._attach",
     "LeastLoaded": "._pure._routing",
     "MeshBusyError": "._exceptions",
     "MeshStoppedError": "._exceptions",
@@ -184,6 +192,7 @@ _WHERE: dict[str, str] = {
     "WorkQueue": "._pure._routing",
     "actor_mesh": "._api._actor_group",
     "as_endpoint": "._api._endpoint",
+    "attach": "._api._attach",
     "attach_to_workers": "._api._host_mesh",
     "cancelled": "._api._context",
     "concurrent_endpoint": "._api._endpoint",

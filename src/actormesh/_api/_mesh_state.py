@@ -115,6 +115,8 @@ class MeshState:
         self.choose_lock = threading.Lock()
         # What to stop with the mesh: the processes `actor_mesh()` started for it.
         self.owned: Any = None
+        # The leased job whose record of the mesh a stop removes (see _leased_job).
+        self.job: Any = None
         # For failure reports: the mesh's reference (class, dimensions) and who spawned it.
         self.ref: Any = None
         self.creator: Any = None

@@ -20,6 +20,7 @@ import errno
 import itertools
 import logging
 import os
+import secrets
 import shutil
 import socket
 import threading
@@ -134,6 +135,9 @@ class CoreRuntime(Hosting):
             loop, self._new_route_connection, key, spin=self.config.reply_spin
         )
         self._parent: Connection | None = None
+        # What the owner's connection closing does when not the default, ending this
+        # process: a host agent holding a lease detaches instead (see _hosts._lease).
+        self.on_owner_lost: Callable[[str], None] | None = None
         self.failure_handler: Callable[[str, int, str, memoryview], None] | None = None
         # The job's secret: TCP peers prove it (workers started here inherit it).
         self.secret = config.secret or new_secret()
@@ -474,6 +478,11 @@ class CoreRuntime(Hosting):
         conn = self._conns.get(path)
         return conn if conn is not None and not conn.closed else None
 
+    def adopt_owner(self, conn: Connection) -> None:
+        """Make ``conn`` this process' owner's connection (a controller attached to a
+        host agent's lease); only it may shut the process down from now on."""
+        self._parent = conn
+
     @property
     def parent(self) -> Connection:
         """The connection to this process' owner (a worker's, or a host agent's)."""
@@ -499,6 +508,12 @@ class CoreRuntime(Hosting):
         req_id = next(self._ids)
         self._pending[req_id] = handler
         return req_id
+
+    def fresh_request_ids(self) -> None:
+        """Draw request ids from a random point on: a controller attaching to a leased
+        job must not reuse ids whose late replies (to a controller that died) may still
+        pass through the job's agents."""
+        self._ids = itertools.count(secrets.randbits(48) + (1 << 32))
 
     def forget(self, req_id: int) -> None:
         """Stop listening for a request (late replies are then dropped)."""
@@ -621,7 +636,10 @@ class CoreRuntime(Hosting):
             self._forget_reply_conn(conn)
         self.routes.peer_gone(conn.peer)
         if conn is self._parent:
-            self._exit_worker("the owner went away")
+            if self.on_owner_lost is not None:
+                self.on_owner_lost("the owner went away")
+            else:
+                self._exit_worker("the owner went away")
             return
         if self._child_connection_closed(conn, error):
             return

@@ -126,7 +126,8 @@ class Runtime(CoreRuntime):
     def _stop_children(self) -> None:
         if self._forks is not None:
             self._forks.close()
-        children = list(self._children.values())
+        # A leased job's agents and workers outlive this process (see _lease): left alone.
+        children = [c for c in self._children.values() if not self.leased(c)]
         if children and not self.in_loop_thread() and self.loop.is_running():
             try:
                 self.run_sync(self.stop_processes(children, grace=1.0), timeout=15)
@@ -544,6 +545,14 @@ class Runtime(CoreRuntime):
             kill_tagged("ACTORMESH_KEY", child.key)
         if not self._deferrals.active(path) and not self.owner_decides_restarts:
             child.release_address()  # no successor will listen there
+
+    def leased(self, child: ChildProcess) -> bool:
+        """True for a host agent holding a lease, and for the workers it started: they
+        outlive this owner."""
+        link = child.link if isinstance(child, RelayedProcess) else None
+        if isinstance(child, RemoteProcess):
+            link = self.agents.get(child.conn)
+        return link is not None and link.leased
 
     def _owned_conns(self, child: ChildProcess) -> list[Connection]:
         """The connections ``child`` made to us (its HELLO)."""
