@@ -45,7 +45,7 @@ from ._lifetime import outlive_owner
 if TYPE_CHECKING:
     from ._agent import Agent
 
-__all__ = ["OUTPUT_LIMIT", "Lease"]
+__all__ = ["Lease", "OUTPUT_LIMIT"]
 
 log = logging.getLogger("actormesh.hosts")
 
