@@ -29,6 +29,7 @@ from .._hosts import ChildProcess, Runtime
 from .._hosts._agent_link import AgentLink, RelayedProcess, WorkerSpec
 from .._hosts._lease_line import AttachRefusedError, ask
 from .._shape import Shape
+from .._transport import AuthenticationError
 from . import _job_records, _restart, _supervision
 from ._actor_mesh import ActorMesh
 from ._allocator import LocalAllocator
@@ -221,9 +222,9 @@ async def _connect(
     for address, found in zip(addresses, attempts, strict=True):
         if isinstance(found, BaseException):
             await _close(runtime, links)  # they go back to their lease
-            if isinstance(found, ConnectionRefusedError | TimeoutError | OSError) and not (
-                isinstance(found, ConnectionResetError)
-            ):
+            # Nobody listens, or answers, there: the agent ended. (A wrong secret is an
+            # OSError too, and says so itself.)
+            if isinstance(found, OSError) and not isinstance(found, AuthenticationError):
                 raise LookupError(
                     f"job {name!r} is gone from {address}: {found} (its lease expired, or "
                     "it was killed)"

@@ -213,11 +213,13 @@ class Agent:
         if child is not None and child.alive():
             child.signal_group(signal.Signals(sig))
 
-    async def _start_lease(self, job: str, keep_alive: float) -> str:
+    async def _start_lease(
+        self, job: str, keep_alive: float, controller: dict[str, Any] | None = None
+    ) -> str:
         """Outlive the owner by up to ``keep_alive`` seconds (see ``_lease``); the address
         where a controller attaches."""
         if self.lease is None:
-            self.lease = Lease(self, job, float(keep_alive))
+            self.lease = Lease(self, job, float(keep_alive), controller)
         return self.lease.address
 
     def _record(self, key: str, blob: bytes | None) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -218,7 +220,8 @@ class AgentLink:
     async def lease(self, job: str, keep_alive: float) -> str:
         """Have the agent outlive this owner by up to ``keep_alive`` seconds (loop thread);
         the address where a controller attaches to it later."""
-        address: str = await self._request("lease", job, keep_alive)
+        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        address: str = await self._request("lease", job, keep_alive, me)
         self.hold()
         return address
 

@@ -63,15 +63,18 @@ class Lease:
         agent: the agent holding it.
         job: the job's name.
         keep_alive: seconds the agent waits for a controller before it ends.
+        controller: who started the job (``pid``, ``host``), for messages.
     """
 
-    def __init__(self, agent: Agent, job: str, keep_alive: float) -> None:
+    def __init__(
+        self, agent: Agent, job: str, keep_alive: float, controller: dict[str, Any] | None = None
+    ) -> None:
         self.agent = agent
         self.runtime = agent.runtime
         self.job = job
         self.keep_alive = keep_alive
         self.records: dict[str, bytes] = {}
-        self.controller: dict[str, Any] = {}
+        self.controller: dict[str, Any] = dict(controller or {})  # who is attached
         self.detached_since: float | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self._output: collections.deque[tuple[str, str]] = collections.deque()
@@ -202,7 +205,8 @@ class Lease:
         with contextlib.suppress(TransportClosed):
             previous.send([env.encode_header((env.EVENT, "detached", "")), dumps(details)[0]])
         self.detach("taken over")
-        previous.close()
+        # On the next loop turn: the event leaves at the end of this one.
+        self.runtime.loop.call_soon(_hang_up, previous)
 
     # -- what happens meanwhile -------------------------------------------------------------
 
@@ -281,6 +285,14 @@ class Lease:
             "failures_kept": len(self._failures),
             "output_kept": self._output_bytes,
         }
+
+
+def _hang_up(conn: Connection) -> None:
+    # Shut down, not only closed: a watchdog thread polling the socket (_lifetime) holds
+    # it open, and the controller must hear the hang-up now.
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
 
 
 def _describe(controller: Any) -> str:
