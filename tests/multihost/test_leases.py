@@ -307,3 +307,51 @@ import actormesh
 job = actormesh.attach(sys.argv[1])
 job.actor_meshes["counters"].slice(hosts=0, gpus=0).echo_from.call_one(sys.argv[2]).get(60)
 """
+
+
+def _actormesh(job: Job, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "actormesh._cli", *args],
+        env={**os.environ, **job.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_cli_lists_runs_a_script_in_and_kills_a_leased_job(
+    start_job: Any, tmp_path: Path
+) -> None:
+    job = start_job("cli-job", 600)
+    _ready(job)
+    ours = job.processes()
+    job.controller.send_signal(signal.SIGKILL)
+    job.controller.wait(10)
+    listed = _actormesh(job, "jobs")
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if line.startswith("cli-job "))
+    assert "detached" in row and " 3/3 " in row and row.endswith("counters, trainers")
+    script = tmp_path / "driver.py"
+    script.write_text(_DRIVER)
+    ran = _actormesh(job, "exec", "cli-job", str(script), "twice")
+    assert ran.returncode == 0, ran.stderr
+    before, after = (json.loads(line) for line in ran.stdout.splitlines()[-2:])
+    assert after == [value + 2 for value in before] and len(before) == 6
+    killed = _actormesh(job, "kill", "cli-job")
+    assert killed.returncode == 0, killed.stderr
+    assert "ended on 3 of 3 hosts" in killed.stdout
+    wait_until(lambda: not job.processes() & ours, 60, "every namespace to empty")
+    assert "cli-job " not in _actormesh(job, "jobs").stdout
+
+
+# A driver script run by `actormesh exec`: the job is this process' already.
+_DRIVER = """
+import json
+import sys
+import actormesh
+counters = actormesh.attach()["counters"]
+print(json.dumps(counters.value.call().get(60).values()))
+for _ in range(2 if sys.argv[1:] == ["twice"] else 1):
+    counters.incr.call().get(60)
+print(json.dumps(counters.value.call().get(60).values()))
+"""
