@@ -100,6 +100,22 @@ def test_a_restarted_kernel_attaches_to_its_job_and_finds_its_actors_state(
         "pids": pids,
         "counts": [4, 4, 4, 4],
     }
-    _, errors = run_cell(client, "job.kill()", timeout=120)
+    # Detaching lets the job run on without this kernel, which may come back.
+    out, errors = run_cell(
+        client,
+        """
+        job.detach()
+        try:
+            counters.incr.call().get(timeout=30)
+        except actormesh.MeshStoppedError as error:
+            print("DETACHED", error)
+        job = actormesh.attach("notebook-job")
+        print("BACK", job["counters"].incr.call().get(timeout=30).values())
+        job.kill()
+        """,
+        timeout=120,
+    )
     assert errors == [], errors
+    assert "DETACHED" in out and "detached from job 'notebook-job'" in out
+    assert "BACK [5, 5, 5, 5]" in out
     wait_until(lambda: not live(pids), 30, "the job's workers to end")

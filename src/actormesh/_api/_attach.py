@@ -35,7 +35,7 @@ from ._actor_mesh import ActorMesh
 from ._allocator import LocalAllocator
 from ._host_mesh import HostMesh, _Attached, _Hosts
 from ._leased_job import HOSTS_KEY, LeasedJob, procs_key
-from ._mesh_state import Failure
+from ._mesh_state import Failure, fresh_state
 from ._proc_mesh import ProcMesh, managed
 
 __all__ = ["AttachRefusedError", "Job", "attach"]
@@ -236,9 +236,7 @@ async def _connect(
 async def _close(runtime: Runtime, links: list[AgentLink]) -> None:
     """Let ``links``' agents go without ending anything (loop thread)."""
     for link in links:
-        link.process.stopping = True
-        for worker in link.workers.values():
-            worker.stopping = True
+        runtime.let_go([link.process, *link.workers.values()])
         link.conn.close()
 
 
@@ -346,6 +344,7 @@ def _actors_from(
     from .. import _observe
 
     ref = record["ref"]
+    fresh_state(ref.mesh_id, ref.name, ref.paths)  # (this process may have detached from it)
     mesh: ActorMesh[Any] = ActorMesh(ref, Shape.from_dims(ref.labels, ref.sizes), _class(record))
     for rank, address in enumerate(ref.paths):
         known = processes.get(address)

@@ -294,7 +294,7 @@ class Runtime(CoreRuntime):
     def _handle_hello(self, conn: Connection, header: tuple[Any, ...]) -> None:
         _, path, pid, key, info = header
         child = self._children.get(path)
-        if child is None and (is_tcp(path) or conn in self._attaching):
+        if conn in self._attaching or (child is None and is_tcp(path)):
             # A process this one did not start dialled in, or one we dialled (a host agent
             # on a Unix socket, say): whoever waits for it adopts it.
             self.joins.offer(Joined(conn, path, pid, key, info))
@@ -652,6 +652,15 @@ class Runtime(CoreRuntime):
                 forwarder.drain()
         if self._aggregator is not None:
             self._aggregator.flush()  # what the stopped processes said comes before "stopped"
+
+    def let_go(self, children: Sequence[ChildProcess]) -> None:
+        """Stop owning ``children`` without ending them (a controller detaching from a
+        leased job: they run on, and another owner may take them)."""
+        for child in children:
+            child.stopping = True
+            if self._heartbeat is not None:
+                self._heartbeat.untrack(child)
+            self._children.pop(child.listen_path, None)
 
     def children(self) -> list[ChildProcess]:
         """Worker processes started by this runtime that have not been stopped."""
