@@ -171,11 +171,12 @@ def test_a_killed_controller_comes_back_to_its_actors_with_their_state(start_job
     assert attached.returncode == 0, attached.stderr
     first, after = (json.loads(line) for line in attached.stdout.splitlines()[-2:])
     assert first["names"] == ["counters", "rl-exp", "trainers"]
-    # The same processes, with their state: every counter counted every call answered
-    # (and the one in flight when the controller died, if it got there).
+    # The same processes, with their state: every counter counted every call answered,
+    # and the one in flight when the controller died where it got to (its frames leave
+    # host by host: some hosts may have run it and others not).
     assert first["pids"] == ready["pids"]
-    assert len(set(first["values"])) == 1 and first["values"][0] in (last, last + 1)
-    assert after["after"] == [first["values"][0] + 1] * 6
+    assert all(value in (last, last + 1) for value in first["values"]), (last, first)
+    assert after["after"] == [value + 1 for value in first["values"]]
     assert first["failures"] == []
     print(
         f"\nstart from nothing: {started_in:.2f} s; re-attach (new controller start to first "
