@@ -68,12 +68,15 @@ def test_a_restarted_kernel_attaches_to_its_job_and_finds_its_actors_state(
             procs.spawn("counters", Counter)
         except ValueError as error:
             print("REFUSED", error)
+        own = actormesh.attach("notebook-job")  # this kernel runs it: its own handles
+        print("OWN", sorted(own.names()), own["counters"] is counters)
         print(json.dumps(counters.pid.call().get(timeout=30).values()))
         """,
         timeout=120,
     )
     assert errors == [], errors
     assert "REFUSED job 'notebook-job' already has a live actor mesh named 'counters'" in out
+    assert "OWN ['counters', 'notebook-job', 'workers'] True" in out
     pids = json.loads(out.strip().splitlines()[-1])
     manager.restart_kernel(now=True)  # SIGKILL to the kernel's process group
     client.wait_for_ready(timeout=60)

@@ -34,7 +34,7 @@ from . import _job_records, _restart, _supervision
 from ._actor_mesh import ActorMesh
 from ._allocator import LocalAllocator
 from ._host_mesh import HostMesh, _Attached, _Hosts
-from ._leased_job import HOSTS_KEY, LeasedJob, procs_key
+from ._leased_job import HOSTS_KEY, LeasedJob, held, hold, procs_key
 from ._mesh_state import Failure, fresh_state
 from ._proc_mesh import ProcMesh, managed
 
@@ -49,28 +49,41 @@ _ATTACHED: dict[str, Job] = {}
 class Job:
     """A leased job this process is the controller of (``attach`` returns it).
 
+    Its meshes are this process' handles on the job's live meshes: those given back by
+    ``attach`` and those spawned on the job's hosts since.
+
     Attributes:
         name: the job's name.
         keep_alive: its lease, in seconds.
         hosts: its host mesh.
-        host_meshes: its host mesh, by the job's name.
-        proc_meshes: its process meshes, by name.
-        actor_meshes: its actor meshes, by name.
         failures: the failures that happened while no controller was attached and that
             no failure hook handled (the hook, if set before ``attach``, got them all).
         problems: records that could not be read back (a mesh whose record needs a
             class this process cannot import, say).
     """
 
-    def __init__(self, name: str, keep_alive: float, hosts: HostMesh) -> None:
-        self.name = name
-        self.keep_alive = keep_alive
-        self.hosts = hosts
-        self.host_meshes: dict[str, HostMesh] = {name: hosts}
-        self.proc_meshes: dict[str, ProcMesh] = {}
-        self.actor_meshes: dict[str, ActorMesh[Any]] = {}
+    def __init__(self, leased: LeasedJob) -> None:
+        self._leased = leased
+        self.name = leased.name
+        self.keep_alive = leased.keep_alive
+        self.hosts: HostMesh = leased.live[HOSTS_KEY]
         self.failures: list[Failure] = []
         self.problems: list[str] = []
+
+    @property
+    def host_meshes(self) -> dict[str, HostMesh]:
+        """Its host mesh, by the job's name."""
+        return {self.name: self.hosts}
+
+    @property
+    def proc_meshes(self) -> dict[str, ProcMesh]:
+        """Its process meshes, by name."""
+        return self._leased.meshes("procs")
+
+    @property
+    def actor_meshes(self) -> dict[str, ActorMesh[Any]]:
+        """Its actor meshes, by name."""
+        return self._leased.meshes("actors")
 
     def __getitem__(self, name: str) -> Any:
         """The actor mesh, else the process mesh, else the host mesh called ``name``."""
@@ -86,8 +99,7 @@ class Job:
     @property
     def attached(self) -> bool:
         """True while this process is the job's controller."""
-        links = [link for link in self.hosts._hosts.links if link is not None]
-        return not self.hosts._hosts.stopped and all(link.lost_reason is None for link in links)
+        return not self.hosts._hosts.stopped and self._leased.held
 
     def detach(self) -> None:
         """Stop being the job's controller; the job runs on (its lease starts counting).
@@ -96,6 +108,7 @@ class Job:
         come back.
         """
         _ATTACHED.pop(self.name, None)
+        self._leased.let_go()
         runtime = Runtime.get()
         runtime.run_sync(_let_go(runtime, self), timeout=30)
 
@@ -148,10 +161,16 @@ def attach(
     known = _ATTACHED.get(name)
     if known is not None and known.attached:
         return known
+    mine = held(name)
+    if mine is not None:  # this process started the job, and runs it still
+        _ATTACHED[name] = Job(mine)
+        return _ATTACHED[name]
+    created = None
     if agents is None:
         record = _job_records.load(name)
         addresses = list(record.agents)
         secret = secret or record.secret
+        created = record.created
     else:
         addresses = [str(address) for address in agents]
         if not addresses:
@@ -184,7 +203,7 @@ def attach(
         raise
     for meshes in job.actor_meshes.values():
         job.failures.extend(meshes._state.unhandled)
-    _job_records.save(name, addresses, secret, job.keep_alive)  # (who attached last)
+    _job_records.save(name, addresses, secret, job.keep_alive, created)  # (who attached)
     _ATTACHED[name] = job
     return job
 
@@ -268,25 +287,23 @@ def _rebuild(runtime: Runtime, name: str, links: list[AgentLink]) -> Job:
     addresses = [str((link.lease_info or {}).get("address", "")) for link in links]
     leased = LeasedJob(name, keep_alive, links, addresses)
     hosts._hosts.job = leased
-    leased.keys.add(HOSTS_KEY)
-    job = Job(name, keep_alive, hosts)
-    job.problems = problems
+    leased.remember(HOSTS_KEY, hosts)
     processes = runtime.run_sync(_adopt_workers(runtime, links), timeout=30)
     meshes_of: dict[str, list[str]] = {}
     for key, record in sorted(records.items()):
         if key.startswith("procs/"):
             procs = _procs_from(runtime, record, processes, hosts)
             procs._processes.job = leased
-            leased.keys.add(procs_key(record["name"]))
-            job.proc_meshes[record["name"]] = procs
+            leased.remember(procs_key(record["name"]), procs)
             meshes_of[record["name"]] = procs._processes.meshes
     for key, record in sorted(records.items()):
         if key.startswith("actors/"):
             mesh = _actors_from(record, processes)
-            mesh._state.job = leased
-            leased.adopt_actors(mesh._ref.mesh_id, mesh.name)
+            leased.adopt_actors(mesh)
             meshes_of.setdefault(record["procs"], []).append(mesh._ref.mesh_id)
-            job.actor_meshes[mesh.name] = mesh
+    hold(leased)
+    job = Job(leased)
+    job.problems = problems
     return job
 
 

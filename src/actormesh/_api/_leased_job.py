@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ._host_mesh import HostMesh
     from ._proc_mesh import ProcMesh
 
-__all__ = ["LeasedJob", "actors_key", "procs_key", "start_lease"]
+__all__ = ["LeasedJob", "actors_key", "held", "hold", "procs_key", "start_lease"]
 
 log = logging.getLogger("actormesh.jobs")
 
@@ -63,11 +63,24 @@ class LeasedJob:
         self.addresses = addresses
         self.keys: set[str] = set()  # the records written (live meshes)
         self._mesh_keys: dict[str, str] = {}  # actor mesh id -> its record key
+        # This process' handle on each mesh with a record, by its key.
+        self.live: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"<leased job {self.name!r}, keep_alive={self.keep_alive:g} s>"
 
-    def _write(self, key: str, value: dict[str, Any] | None) -> None:
+    @property
+    def held(self) -> bool:
+        """True while this process is the job's controller."""
+        return all(link.lost_reason is None for link in self.links)
+
+    def meshes(self, kind: str) -> dict[str, Any]:
+        """This process' handles on the job's live meshes of ``kind`` (``"procs"`` or
+        ``"actors"``), by name."""
+        prefix = f"{kind}/"
+        return {k[len(prefix) :]: m for k, m in self.live.items() if k.startswith(prefix)}
+
+    def _write(self, key: str, value: dict[str, Any] | None, mesh: Any = None) -> None:
         blob = None
         if value is not None:
             payload, buffers = dumps(value)
@@ -76,10 +89,17 @@ class LeasedJob:
         for link in self.links:
             if link.lost_reason is None:
                 link.record(key, blob)
-        if value is None:
+        self.remember(key, mesh if value is not None else None)
+
+    def remember(self, key: str, mesh: Any) -> None:
+        """``mesh`` is this process' handle on the mesh recorded as ``key`` (``None``:
+        it was stopped)."""
+        if mesh is None:
             self.keys.discard(key)
+            self.live.pop(key, None)
         else:
             self.keys.add(key)
+            self.live[key] = mesh
 
     def claim(self, key: str, what: str) -> None:
         """Refuse a second live mesh of one name (names are how meshes come back).
@@ -96,7 +116,8 @@ class LeasedJob:
 
     def note_hosts(self, hosts: HostMesh) -> None:
         """Write down the job's host mesh."""
-        self._write(HOSTS_KEY, {"name": self.name, "agents": list(self.addresses)})
+        self._write(HOSTS_KEY, {"name": self.name, "agents": list(self.addresses)}, hosts)
+        hold(self)
 
     def note_procs(self, procs: ProcMesh, hosts: HostMesh, per_host: int) -> None:
         """Write down a process mesh spawned on ``hosts`` (a handle on the job's hosts)."""
@@ -111,7 +132,7 @@ class LeasedJob:
             "host_sizes": hosts._shape.sizes,
             "per_host": per_host,
             "children": children,
-        })  # fmt: skip
+        }, procs)  # fmt: skip
         processes.job = self
 
     def note_actors(self, mesh: ActorMesh[Any], actor_class: type, procs: ProcMesh) -> None:
@@ -124,13 +145,14 @@ class LeasedJob:
             "ref": ref,
             "procs": procs._processes.name,
             "class": (actor_class.__module__, actor_class.__qualname__),
-        })  # fmt: skip
+        }, mesh)  # fmt: skip
 
-    def adopt_actors(self, mesh_id: str, name: str) -> None:
+    def adopt_actors(self, mesh: ActorMesh[Any]) -> None:
         """An actor mesh given back by its record (``attach``): its record is known."""
-        key = actors_key(name)
-        self._mesh_keys[mesh_id] = key
-        self.keys.add(key)
+        key = actors_key(mesh.name)
+        self._mesh_keys[mesh._ref.mesh_id] = key
+        mesh._state.job = self
+        self.remember(key, mesh)
 
     def forget_actors(self, mesh_id: str) -> None:
         """The actor mesh ``mesh_id`` was stopped: nobody will find it again."""
@@ -144,13 +166,34 @@ class LeasedJob:
             self.forget_actors(mesh_id)
         self._write(procs_key(procs._processes.name), None)
 
+    def let_go(self) -> None:
+        """This process is no longer the job's controller."""
+        if _HELD.get(self.name) is self:
+            del _HELD[self.name]
+
     def ended(self) -> None:
         """The job was shut down: forget its record."""
+        self.let_go()
         try:
             if _job_records.load(self.name).agents == tuple(self.addresses):
                 _job_records.remove(self.name)
         except (LookupError, ValueError):
             pass
+
+
+# The jobs this process is the controller of, by name.
+_HELD: dict[str, LeasedJob] = {}
+
+
+def hold(job: LeasedJob) -> None:
+    """This process is ``job``'s controller now."""
+    _HELD[job.name] = job
+
+
+def held(name: str) -> LeasedJob | None:
+    """The job ``name`` if this process is its controller (started or attached it)."""
+    job = _HELD.get(name)
+    return job if job is not None and job.held else None
 
 
 async def start_lease(
