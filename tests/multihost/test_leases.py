@@ -66,8 +66,12 @@ class Job:
             raise AssertionError(f"no line from the controller within {timeout} s") from None
 
     def record(self) -> _job_records.JobRecord:
-        os.environ["ACTORMESH_JOBS_DIR"] = self.env["ACTORMESH_JOBS_DIR"]
-        return _job_records.load(self.name)
+        """The job's record, as its controller wrote it (LookupError: there is none)."""
+        path = Path(self.env["ACTORMESH_JOBS_DIR"], f"{self.name}.json")
+        if not path.exists():
+            raise LookupError(path)
+        data = json.loads(path.read_text())
+        return _job_records.JobRecord(**{**data, "agents": tuple(data["agents"])})
 
     def status(self) -> list[dict[str, Any]]:
         record = self.record()
