@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from multihost_support import HERE, Network
+from multihost_support import HERE, Network, ip
 
 from actormesh._api import _job_records
 from actormesh._hosts._lease_line import ask
@@ -360,3 +360,23 @@ for _ in range(2 if sys.argv[1:] == ["twice"] else 1):
     counters.incr.call().get(60)
 print(json.dumps(counters.value.call().get(60).values()))
 """
+
+
+def test_a_host_cut_off_from_its_controller_ends_at_its_lease(
+    start_job: Any, network: Network, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its controller's heartbeats stop (no hang-up ever comes): the agent detaches after
+    # the heartbeat timeout, then its lease runs out, as if the controller had died.
+    monkeypatch.setenv("ACTORMESH_HEARTBEAT_TIMEOUT", "2")
+    monkeypatch.setenv("ACTORMESH_HEARTBEAT_INTERVAL", "0.5")
+    job = start_job("partitioned", 3)
+    _ready(job)
+    host = network.hosts[0]
+    there = set(network.processes_in(host)) - job.others
+    assert there
+    ip("-n", host.netns, "link", "set", "eth0", "down")
+    try:
+        wait_until(lambda: not set(network.processes_in(host)) & there, 60, "the host to empty")
+    finally:
+        ip("-n", host.netns, "link", "set", "eth0", "up")
+    assert job.agents[0].wait(15) == 0

@@ -138,6 +138,8 @@ class CoreRuntime(Hosting):
         # What the owner's connection closing does when not the default, ending this
         # process: a host agent holding a lease detaches instead (see _hosts._lease).
         self.on_owner_lost: Callable[[str], None] | None = None
+        # When the owner's last heartbeat came (monotonic), for whoever watches it.
+        self.owner_heard = time.monotonic()
         self.failure_handler: Callable[[str, int, str, memoryview], None] | None = None
         # The job's secret: TCP peers prove it (workers started here inherit it).
         self.secret = config.secret or new_secret()
@@ -604,6 +606,8 @@ class CoreRuntime(Hosting):
 
     def _handle_ping(self, conn: Connection, header: tuple[Any, ...]) -> None:
         # Answered here, on the loop, so a busy actor thread cannot delay it.
+        if conn is self._parent:
+            self.owner_heard = time.monotonic()
         conn.send([env.encode_header((env.PONG, header[1]))])
 
     def _other_kind(

@@ -96,6 +96,8 @@ class Lease:
         self.address = self._listener.address
         outlive_owner()
         self.runtime.on_owner_lost = self.detach
+        self.runtime.owner_heard = time.monotonic()
+        self._watch_owner()
 
     @property
     def detached(self) -> bool:
@@ -121,6 +123,20 @@ class Lease:
         # Gathered replies of calls that were in flight go nowhere now.
         self.agent.drop_batches()
         self._expiry = self.runtime.loop.call_later(self.keep_alive, self._expire)
+
+    def _watch_owner(self) -> None:
+        """Detach from a controller whose heartbeats stopped (its host cut off, its loop
+        stuck): a connection that never closes must not hold the lease off forever."""
+        config = self.runtime.config
+        silent = time.monotonic() - self.runtime.owner_heard
+        owner = self.runtime._parent
+        if not self.detached and silent > config.heartbeat_timeout and owner is not None:
+            log.warning("job %s: no heartbeat from its controller for %.0f s; detaching",
+                        self.job, silent)  # fmt: skip
+            self.detach(f"no heartbeat for {silent:.0f} s")
+            _hang_up(owner)
+        interval = min(config.heartbeat_interval, config.heartbeat_timeout / 4)
+        self.runtime.loop.call_later(interval, self._watch_owner)
 
     def _expire(self) -> None:
         log.info("job %s: no controller for %g s, ending", self.job, self.keep_alive)
@@ -191,6 +207,7 @@ class Lease:
             self._expiry.cancel()
             self._expiry = None
         self.detached_since = None
+        self.runtime.owner_heard = time.monotonic()
         conn = self.runtime._new_connection(sock, peer="controller", same_host=False)
         self.runtime.adopt_owner(conn)
         conn.start()
