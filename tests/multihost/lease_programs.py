@@ -47,8 +47,11 @@ def start(job: str, keep_alive: float, listen: str, count: int) -> None:
 def attach(job: str, take_over: bool) -> None:
     attached = actormesh.attach(job, take_over=take_over)
     counters = attached.actor_meshes["counters"]
-    if attached.failures:  # (the failed ranks' calls would raise SupervisionError)
-        counters = counters.slice(hosts=0)
+    dead = {rank for failure in attached.failures for rank in failure.ranks}
+    if dead:  # (calls to the failed ranks would raise SupervisionError): the first host
+        # none of whose ranks failed
+        host = next(h for h in range(counters.size("hosts")) if not {2 * h, 2 * h + 1} & dead)
+        counters = counters.slice(hosts=host)
     values = counters.value.call().get(timeout=60).values()
     answered = time.time()
     report = {

@@ -305,6 +305,26 @@ def test_failures_and_output_while_detached_reach_the_next_controller(
     assert '[trainers {"hosts": 0, "gpus": 0}] heard while-detached' in came.stdout
 
 
+def test_a_host_lost_while_detached_is_a_failure_for_the_next_controller(
+    start_job: Any,
+) -> None:
+    job = start_job("host-lost", 600)
+    ready = _ready(job)
+    job.controller.kill()
+    job.controller.wait(10)
+    job.agents[1].kill()  # the second host's agent, and with it its workers
+    job.agents[1].wait(10)
+    lost = set(ready["pids"][2:4])
+    wait_until(lambda: not lost & job.processes(), 30, "the host's workers to end")
+    came = job.run("attach", "host-lost")
+    assert came.returncode == 0, came.stderr
+    report = json.loads(came.stdout.splitlines()[-1])
+    assert report["failures"] == [["counters", [2, 3], "died"]]
+    assert report["names"] == ["counters", "host-lost", "trainers"]
+    assert len(report["values"]) == 2  # the first host's two, called at once
+    assert "its host agent is gone" in came.stderr  # written: no failure hook was set
+
+
 # Attach, have the first host's actor print what comes through a named pipe, and leave.
 _LISTEN = """
 import sys

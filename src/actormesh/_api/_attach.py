@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._core import loads
+from .._exceptions import ActorDiedError
 from .._hosts import ChildProcess, Runtime
 from .._hosts._agent_link import AgentLink, RelayedProcess, WorkerSpec
 from .._hosts._lease_line import AttachRefusedError, ask
@@ -37,6 +38,7 @@ from ._host_mesh import HostMesh, _Attached, _Hosts
 from ._leased_job import HOSTS_KEY, LeasedJob, held, hold, procs_key
 from ._mesh_state import Failure, fresh_state
 from ._proc_mesh import ProcMesh, managed
+from ._supervision import actor_name
 
 __all__ = ["AttachRefusedError", "Job", "attach"]
 
@@ -189,15 +191,18 @@ def attach(
     _supervision.install(runtime)
     runtime.fresh_request_ids()
     controller = {"pid": os.getpid(), "host": socket.gethostname(), "program": sys.argv[0]}
-    links = runtime.run_sync(
+    links, missing = runtime.run_sync(
         _connect(runtime, name, addresses, secret, take_over, controller, timeout),
         timeout=timeout * 2 + runtime.config.spawn_timeout,
     )
     try:
         job = _rebuild(runtime, name, links)
+        job.problems.extend(f"no agent answers at {where}" for where in missing)
         counts = [runtime.submit(link.replay()) for link in links]
         for done in counts:
             done.result(timeout)
+        if missing:
+            runtime.run_sync(_report_lost(job, missing), timeout=30)
     except BaseException:
         runtime.run_sync(_close(runtime, links), timeout=30)
         raise
@@ -224,8 +229,13 @@ async def _connect(
     take_over: bool,
     controller: dict[str, Any],
     timeout: float,
-) -> list[AgentLink]:
-    """Attach to every agent (loop thread); all of them, or none."""
+) -> tuple[list[AgentLink], list[str]]:
+    """Attach to every agent that answers (loop thread); the links, and why each of the
+    others did not answer. Refused by one (another controller, a wrong secret): by none.
+
+    Raises:
+        LookupError: no agent answered (the job is gone).
+    """
     attempts = await asyncio.gather(
         *(
             runtime.attach_agent(
@@ -238,18 +248,24 @@ async def _connect(
     links = [found for found in attempts if isinstance(found, AgentLink)]
     for link in links:
         link.hold()
+    missing = []
+    refused: BaseException | None = None
     for address, found in zip(addresses, attempts, strict=True):
-        if isinstance(found, BaseException):
-            await _close(runtime, links)  # they go back to their lease
-            # Nobody listens, or answers, there: the agent ended. (A wrong secret is an
-            # OSError too, and says so itself.)
-            if isinstance(found, OSError) and not isinstance(found, AuthenticationError):
-                raise LookupError(
-                    f"job {name!r} is gone from {address}: {found} (its lease expired, or "
-                    "it was killed)"
-                ) from None
-            raise found
-    return links
+        # Nobody listens, or answers, there: that agent ended (its host died, say). A
+        # wrong secret is an OSError too, and is a refusal.
+        if isinstance(found, OSError) and not isinstance(found, AuthenticationError):
+            missing.append(f"{address}: {type(found).__name__}: {found}")
+        elif isinstance(found, BaseException) and refused is None:
+            refused = found
+    if refused is not None or not links:
+        await _close(runtime, links)  # they go back to their lease
+        if refused is not None:
+            raise refused
+        raise LookupError(
+            f"job {name!r} is gone: no agent answers ({'; '.join(missing)}): its lease "
+            "expired, or it was killed"
+        )
+    return links, missing
 
 
 async def _close(runtime: Runtime, links: list[AgentLink]) -> None:
@@ -307,6 +323,29 @@ def _rebuild(runtime: Runtime, name: str, links: list[AgentLink]) -> Job:
     return job
 
 
+async def _report_lost(job: Job, missing: list[str]) -> None:
+    """The actors on hosts whose agents did not answer are gone: a failure of each
+    mesh they belong to, as for any death while nobody was attached (loop thread)."""
+    for mesh in job.actor_meshes.values():
+        state = mesh._state
+        ranks = tuple(r for r, why in sorted(state.dead.items()) if why.endswith(_GONE))
+        if not ranks:
+            continue
+        reason = f"its host agent is gone ({'; '.join(missing)})"
+        error = ActorDiedError(
+            f"the process of actor(s) {list(ranks)} of mesh '{mesh.name}' {reason}",
+            reason=reason,
+            ranks=ranks,
+        )
+        cause = f"the host this actor was running on is gone: {reason}"
+        failure = Failure(mesh.name, ranks, "died", error, actor_name(state, ranks[0]), cause)
+        _supervision.report(state, failure)
+
+
+# How a rank whose process no agent told of is marked dead.
+_GONE = "is gone (its host agent did not answer)"
+
+
 async def _adopt_workers(
     runtime: Runtime, links: list[AgentLink]
 ) -> dict[str, tuple[ChildProcess, str | None]]:
@@ -342,7 +381,7 @@ def _procs_from(
         if known is None:  # its agent forgot it (a dead worker let go): dead here too
             gone = RelayedProcess(hosts._hosts.links[0], WorkerSpec(key, rank), address, pid)  # type: ignore[arg-type]
             gone.popen.returncode = 1
-            runtime._dead_paths.setdefault(address, f"process {pid} is gone")
+            runtime._dead_paths.setdefault(address, f"process {pid} {_GONE}")
             children.append(gone)
         else:
             children.append(known[0])
@@ -365,7 +404,7 @@ def _actors_from(
     mesh: ActorMesh[Any] = ActorMesh(ref, Shape.from_dims(ref.labels, ref.sizes), _class(record))
     for rank, address in enumerate(ref.paths):
         known = processes.get(address)
-        why = f"process {address} is gone" if known is None else known[1]
+        why = f"process {address} {_GONE}" if known is None else known[1]
         if why is not None:
             mesh._state.dead.setdefault(rank, why)
     _observe.spawned(mesh)
