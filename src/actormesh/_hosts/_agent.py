@@ -123,6 +123,7 @@ class Agent:
         runtime.advertise = advertise
         runtime.owner_decides_restarts = True
         self.info = dict(info or {})  # what its HELLO said of this host
+        self._owner = runtime.parent  # (a controller attaching to a lease replaces it)
         # Workers by the address the owner knows them by (their TCP address).
         self._workers: dict[str, ChildProcess] = {}
         self._batches: dict[int, _Batch] = {}
@@ -138,11 +139,10 @@ class Agent:
         sys.stdout = _OwnerStream(self, "stdout")
         sys.stderr = _OwnerStream(self, "stderr")
 
-    @property
-    def _owner(self) -> Connection:
-        # The owner's connection: the one that started us, or a controller that attached
-        # to our lease since.
-        return self.runtime.parent
+    def adopt_owner(self, conn: Connection) -> None:
+        """A controller attached to this agent's lease on ``conn``: it is the owner now."""
+        self.runtime.adopt_owner(conn)
+        self._owner = conn
 
     @property
     def workers(self) -> dict[str, ChildProcess]:

@@ -209,7 +209,7 @@ class Lease:
         self.detached_since = None
         self.runtime.owner_heard = time.monotonic()
         conn = self.runtime._new_connection(sock, peer="controller", same_host=False)
-        self.runtime.adopt_owner(conn)
+        self.agent.adopt_owner(conn)
         conn.start()
         info = {**self.agent.info, "lease": self.describe()}
         hello = (env.HELLO, self.runtime.address, os.getpid(), self.runtime.key, info)
