@@ -79,6 +79,14 @@ def outlive_owner() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+    if os.environ.get("ACTORMESH_PARENT_PID"):
+        # Started by the owner, with the owner's output: a process that outlives it must
+        # not hold its terminal or pipes open (`python train.py | tee log` would wait
+        # for the lease). What it says goes to the owner as events anyway.
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
 
 
 def _watch_parent(parent: int) -> None:
