@@ -70,3 +70,5 @@ def test_attach_needs_a_name_or_exec_s_variable(monkeypatch: pytest.MonkeyPatch)
         actormesh.attach()
     with pytest.raises(TypeError, match="take_over must be True or False"):
         actormesh.attach("rl-exp", take_over="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        actormesh.attach("rl-exp", timeout=0)

@@ -160,6 +160,8 @@ def attach(
     _job_records.check_name(name)
     if not isinstance(take_over, bool):
         raise TypeError(f"take_over must be True or False, not {take_over!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
     known = _ATTACHED.get(name)
     if known is not None and known.attached:
         return known
