@@ -73,3 +73,28 @@ def test_a_job_shut_down_by_its_controller_ends_and_forgets_its_record(tmp_path:
     assert ended == {"record_left": False}
     assert not Path(started["record"]).exists()
     wait_until(lambda: not live(started["pids"]), 30, "the job's processes to end")
+
+
+def test_a_second_job_of_a_running_job_s_name_is_refused(tmp_path: Path) -> None:
+    env = {"ACTORMESH_JOBS_DIR": str(tmp_path / "jobs")}
+    first = run_script(_PROGRAM, tmp_path, args=("600", "return"), env=env, timeout=120)
+    assert first.returncode == 0, first.stderr
+    pids = json.loads(first.stdout.splitlines()[-1])["pids"]
+    try:
+        second = run_script(_PROGRAM, tmp_path, args=("600", "return"), env=env, timeout=120)
+        assert second.returncode != 0
+        assert "ValueError: a job named 'local-job' is running" in second.stderr
+        assert live(pids) == pids  # the running job was left alone
+    finally:
+        killed = subprocess.run(
+            [sys.executable, "-m", "actormesh._cli", "kill", "local-job"],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert killed.returncode == 0, killed.stderr
+    wait_until(lambda: not live(pids), 30, "the job to end")
+    # Its record is gone with it: the name is free again.
+    again = run_script(_PROGRAM, tmp_path, args=("600", "shutdown"), env=env, timeout=120)
+    assert again.returncode == 0, again.stderr

@@ -36,7 +36,7 @@ from ._bootstrap_command import (
 )
 from ._future import Future
 from ._job_records import check_name
-from ._leased_job import LeasedJob, procs_key, start_lease
+from ._leased_job import LeasedJob, check_free, procs_key, start_lease
 from ._proc_mesh import ProcMesh, _from_concurrent, managed, process_specs
 
 __all__ = ["HostMesh", "attach_to_workers", "host_mesh", "this_host", "this_proc"]
@@ -423,7 +423,7 @@ def host_mesh(
         TypeError: the allocator cannot start host agents; ``name`` is not a str.
         ValueError: ``hosts`` is not a positive int; ``keep_alive`` is not a positive
             number, or is given without a ``name`` (or a ``name`` that is not a job
-            name: letters, digits, ``.``, ``_``, ``-``).
+            name: letters, digits, ``.``, ``_``, ``-``, or the name of a job that runs).
     """
     if allocator is None:
         allocator = LocalAllocator()
@@ -440,6 +440,7 @@ def host_mesh(
         if name is None:
             raise ValueError("keep_alive needs a name= for the job: it is attached by name")
         check_name(name)
+        check_free(name)
     runtime = Runtime.get()
     _supervision.install(runtime)
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .._core import dumps
 from .._hosts import Runtime
 from .._hosts._agent_link import AgentLink
+from .._hosts._lease_line import ask
 from . import _job_records
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from ._host_mesh import HostMesh
     from ._proc_mesh import ProcMesh
 
-__all__ = ["LeasedJob", "actors_key", "held", "hold", "procs_key", "start_lease"]
+__all__ = ["LeasedJob", "actors_key", "check_free", "held", "hold", "procs_key", "start_lease"]
 
 log = logging.getLogger("actormesh.jobs")
 
@@ -180,6 +181,33 @@ class LeasedJob:
         except (LookupError, ValueError):
             pass
 
+
+def check_free(name: str) -> None:
+    """Refuse to start a job under the name of one that still runs (its record would be
+    replaced, and the running job lost to ``attach``).
+
+    Raises:
+        ValueError: an agent of the job recorded under ``name`` answers.
+    """
+    try:
+        record = _job_records.load(name)
+    except (LookupError, ValueError):
+        return
+    for address in record.agents:
+        try:
+            sock, _ = ask(address, record.secret, {"op": "status"}, _PROBE_TIMEOUT)
+        except (OSError, ValueError):
+            continue  # gone: its record is stale
+        sock.close()
+        raise ValueError(
+            f"a job named {name!r} is running (its agent at {address} answers): attach "
+            f"to it with actormesh.attach({name!r}), end it with `actormesh kill {name}`, "
+            "or give this job another name"
+        )
+
+
+# Seconds an agent of a job of the same name gets to answer (check_free).
+_PROBE_TIMEOUT = 2.0
 
 # The jobs this process is the controller of, by name.
 _HELD: dict[str, LeasedJob] = {}
