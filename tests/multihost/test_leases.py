@@ -400,3 +400,38 @@ def test_a_host_cut_off_from_its_controller_ends_at_its_lease(
     finally:
         ip("-n", host.netns, "link", "set", "eth0", "up")
     assert job.agents[0].wait(15) == 0
+
+
+def test_another_session_attaches_with_the_secret_and_the_agents_addresses(
+    start_job: Any, tmp_path: Path
+) -> None:
+    job = start_job("shared", 600)
+    _ready(job)
+    job.controller.kill()
+    job.controller.wait(10)
+    record = job.record()
+    elsewhere = {**job.env, "ACTORMESH_JOBS_DIR": str(tmp_path / "elsewhere")}  # no record
+    del elsewhere["ACTORMESH_SECRET"]
+    given = json.dumps({"secret": record.secret, "agents": list(record.agents)})
+    came = subprocess.run(
+        [sys.executable, "-c", _ELSEWHERE, given],
+        env={**os.environ, **elsewhere},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert came.returncode == 0, came.stderr
+    values = json.loads(came.stdout.splitlines()[-1])
+    # Every counter, as the killed controller's loop left them (one call at most apart).
+    assert len(values) == 6 and max(values) - min(values) <= 1
+
+
+# Attach with the secret and addresses given, not from a record.
+_ELSEWHERE = """
+import json, os, sys
+import actormesh
+os.environ.pop("ACTORMESH_SECRET", None)
+given = json.loads(sys.argv[1])
+job = actormesh.attach("shared", secret=given["secret"], agents=given["agents"])
+print(json.dumps(job["counters"].value.call().get(60).values()))
+"""
