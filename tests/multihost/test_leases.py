@@ -292,9 +292,14 @@ def test_failures_and_output_while_detached_reach_the_next_controller(
         timeout=120,
     )
     assert listen.returncode == 0, listen.stderr
+    said = Path(str(fifo) + ".said")
     with open(fifo, "w", encoding="utf-8") as out:
+        out.write("flood 3000\n")  # 3 MB: more than an agent keeps (1 MiB)
+        out.flush()
+        wait_until(said.exists, 30, "the actor to flood")
+        said.unlink()
         out.write("while-detached\n")
-    wait_until(Path(str(fifo) + ".said").exists, 30, "the actor to print")
+    wait_until(said.exists, 30, "the actor to print")
     victim = ready["pids"][5]
     os.kill(victim, signal.SIGKILL)
     wait_until(lambda: victim not in job.processes(), 30, "the worker to die")
@@ -303,6 +308,10 @@ def test_failures_and_output_while_detached_reach_the_next_controller(
     report = json.loads(came.stdout.splitlines()[-1])
     assert report["failures"] == [["counters", [5], "died"]]
     assert '[trainers {"hosts": 0, "gpus": 0}] heard while-detached' in came.stdout
+    # The newest megabyte of output was kept; what came before it was dropped, and said so.
+    assert "were dropped while no controller was attached" in came.stderr
+    flood = [line for line in came.stdout.splitlines() if "] flood " in line]
+    assert 900 < len(flood) < 1100 and "] flood 0 " not in came.stdout
 
 
 def test_a_host_lost_while_detached_is_a_failure_for_the_next_controller(
