@@ -21,11 +21,13 @@ if TYPE_CHECKING:
     from ._api import Actor as Actor
     from ._api import ActorMesh as ActorMesh
     from ._api import Answer as Answer
+    from ._api import AttachRefusedError as AttachRefusedError
     from ._api import Channel as Channel
     from ._api import Endpoint as Endpoint
     from ._api import Failure as Failure
     from ._api import Future as Future
     from ._api import HostMesh as HostMesh
+    from ._api import Job as Job
     from ._api import Port as Port
     from ._api import PortReceiver as PortReceiver
     from ._api import ProcMesh as ProcMesh
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from ._api import ValueStream as ValueStream
     from ._api import actor_mesh as actor_mesh
     from ._api import as_endpoint as as_endpoint
+    from ._api import attach_job as attach
     from ._api import attach_to_workers as attach_to_workers
     from ._api import cancelled as cancelled
     from ._api import concurrent_endpoint as concurrent_endpoint
@@ -95,6 +98,7 @@ __all__ = [
     "ActorMeshError",
     "Affinity",
     "Answer",
+    "AttachRefusedError",
     "CallTimeoutError",
     "Channel",
     "ChoosePolicy",
@@ -107,6 +111,7 @@ __all__ = [
     "Failure",
     "Future",
     "HostMesh",
+    "Job",
     "LeastLoaded",
     "MeshBusyError",
     "MeshStoppedError",
@@ -133,6 +138,7 @@ __all__ = [
     "WorkQueue",
     "actor_mesh",
     "as_endpoint",
+    "attach",
     "attach_to_workers",
     "cancelled",
     "concurrent_endpoint",
@@ -181,6 +187,8 @@ _WHERE: dict[str, str] = {
     "Failure": "._api._mesh_state",
     "Future": "._api._future",
     "HostMesh": "._api._host_mesh",
+    "Job": "._api._attach",
+    "AttachRefusedError": "._api._attach",
     "LeastLoaded": "._pure._routing",
     "MeshBusyError": "._exceptions",
     "MeshStoppedError": "._exceptions",
@@ -207,6 +215,7 @@ _WHERE: dict[str, str] = {
     "WorkQueue": "._pure._routing",
     "actor_mesh": "._api._actor_group",
     "as_endpoint": "._api._endpoint",
+    "attach": "._api._attach",
     "attach_to_workers": "._api._host_mesh",
     "cancelled": "._api._context",
     "concurrent_endpoint": "._api._endpoint",

@@ -88,6 +88,10 @@ class Config:
         secret: the job's secret; every TCP connection proves it before a frame is read.
             ``None``: a controller makes one up when it first listens on TCP and hands it
             to the workers it starts; workers started by someone else need it given.
+        jobs_dir: where the records of leased jobs are written (one file per job, mode
+            0600, in a directory of mode 0700: where its agents are and its secret; see
+            docs/leases.md). ``None``: ``$XDG_STATE_HOME/actormesh/jobs``, else
+            ``~/.local/state/actormesh/jobs``.
     """
 
     output: OutputMode = "prefix"
@@ -115,6 +119,7 @@ class Config:
     secret: str | None = dataclasses.field(default=None, repr=False)
     fork_server: bool = True
     reply_spin: float = 100e-6
+    jobs_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.output not in ("prefix", "raw", "off"):

@@ -8,12 +8,15 @@ extensions (layer 5) import the actor API from here, never from its private modu
 
 from __future__ import annotations
 
+from . import _job_records as job_records
 from ._actor import Actor, point_of
 from ._actor_group import actor_mesh
 from ._actor_logs import install as install_actor_logs
 from ._actor_mesh import ActorMesh, MeshRef
 from ._adverbs import ValueStream
 from ._allocator import Allocator, HostAllocator, LocalAllocator, ProcessSpec
+from ._attach import AttachRefusedError, Job
+from ._attach import attach as attach_job
 from ._bootstrap_command import BootstrapCommand
 from ._context import (
     Context,
@@ -63,6 +66,7 @@ __all__ = [
     "ActorMesh",
     "Allocator",
     "Answer",
+    "AttachRefusedError",
     "BootstrapCommand",
     "Channel",
     "ChannelTransport",
@@ -73,6 +77,7 @@ __all__ = [
     "Future",
     "HostAllocator",
     "HostMesh",
+    "Job",
     "LocalAllocator",
     "MeshRef",
     "MeshState",
@@ -94,6 +99,7 @@ __all__ = [
     "all_states",
     "as_endpoint",
     "attach",
+    "attach_job",
     "attach_to_workers",
     "cancelled",
     "concurrent_endpoint",
@@ -113,6 +119,7 @@ __all__ = [
     "host_mesh",
     "install_actor_logs",
     "install_supervision",
+    "job_records",
     "point_of",
     "proc_mesh",
     "resolved",

@@ -282,6 +282,8 @@ class ActorMesh(Shaped, Generic[T]):
         """
         state = self._state
         state.note_stop(reason)
+        if state.job is not None:
+            state.job.forget_actors(self._ref.mesh_id)
         if state.owned is not None:
             state.stopped = True
             return state.owned.stop(reason)  # type: ignore[no-any-return]

@@ -33,6 +33,8 @@ from ._bootstrap_command import (
     host_bootstrap,
 )
 from ._future import Future, from_concurrent
+from ._job_records import check_name
+from ._leased_job import LeasedJob, check_free, procs_key, start_lease
 from ._proc_mesh import ProcMesh, managed, process_specs
 
 __all__ = ["HostMesh", "attach_to_workers", "host_mesh", "this_host", "this_proc"]
@@ -51,6 +53,8 @@ class _Hosts:
         self.stopped = False
         # Process meshes started on these hosts: stopped before the hosts go.
         self.procs: list[ProcMesh] = []
+        # The lease of a job that outlives its controller (host_mesh(keep_alive=...)).
+        self.job: LeasedJob | None = None
 
 
 class HostMesh(Shaped):
@@ -164,6 +168,9 @@ class HostMesh(Shaped):
             )
         _supervision.install(runtime)
         label = name or "procs"
+        job = self._hosts.job
+        if job is not None:
+            job.claim(procs_key(label), "process mesh")
         specs = self._with_commands(process_specs(shape, label, env), bootstrap_command)
         links = [self._hosts.links[rank] for rank in self._shape.ranks]
         start = _launch(runtime, links, specs, math.prod(per_host.values()), bootstrap)
@@ -177,6 +184,8 @@ class HostMesh(Shaped):
         wait = runtime.config.spawn_timeout * 2 + 30  # the launch itself times out first
         procs = runtime.submit(build()).result(wait)
         self._hosts.procs.append(procs)
+        if job is not None:
+            job.note_procs(procs, self, math.prod(per_host.values()))
         return procs
 
     def _with_commands(
@@ -223,6 +232,8 @@ class HostMesh(Shaped):
             return from_concurrent(runtime, runtime.submit(_nothing()))
         hosts.stopped = True
         grace = runtime.config.stop_grace
+        if hosts.job is not None:
+            hosts.job.ended()
 
         async def stop() -> None:
             # Their processes first: ending with the hosts is no failure of theirs.
@@ -385,7 +396,13 @@ def attach_to_workers(
     return result
 
 
-def host_mesh(hosts: int, *, allocator: Allocator | None = None) -> Future[HostMesh]:
+def host_mesh(
+    hosts: int,
+    *,
+    allocator: Allocator | None = None,
+    name: str | None = None,
+    keep_alive: float | None = None,
+) -> Future[HostMesh]:
     """A mesh of ``hosts`` hosts, each with a host agent, from ``allocator``.
 
     ``ExternalAllocator``: agents started by a cluster launcher with ``actormesh host
@@ -394,8 +411,17 @@ def host_mesh(hosts: int, *, allocator: Allocator | None = None) -> Future[HostM
     a program written for several hosts on one). The mesh's dimension is ``hosts``;
     ``shutdown()`` ends the agents and their processes.
 
+    With ``keep_alive`` (seconds) the hosts are a job named ``name`` that outlives this
+    controller (docs/leases.md): when this process exits or dies, the agents, their
+    processes and their actors run on for up to ``keep_alive`` seconds with nobody
+    attached, and ``actormesh.attach(name)`` in another process gives back the meshes
+    spawned on them, by name. ``shutdown()`` ends the job.
+
     Raises:
-        TypeError: the allocator cannot start host agents.
+        TypeError: the allocator cannot start host agents; ``name`` is not a str.
+        ValueError: ``hosts`` is not a positive int; ``keep_alive`` is not a positive
+            number, or is given without a ``name`` (or a ``name`` that is not a job
+            name: letters, digits, ``.``, ``_``, ``-``, or the name of a job that runs).
     """
     if allocator is None:
         allocator = LocalAllocator()
@@ -407,11 +433,28 @@ def host_mesh(hosts: int, *, allocator: Allocator | None = None) -> Future[HostM
     start_hosts = allocator.start_hosts
     if isinstance(hosts, bool) or not isinstance(hosts, int) or hosts < 1:
         raise ValueError(f"hosts must be a positive int, not {hosts!r}")
+    if keep_alive is not None:
+        if isinstance(keep_alive, bool) or not isinstance(keep_alive, int | float):
+            raise ValueError(f"keep_alive must be a number of seconds, not {keep_alive!r}")
+        if not keep_alive > 0:
+            raise ValueError(f"keep_alive must be positive, not {keep_alive!r}")
+        if name is None:
+            raise ValueError("keep_alive needs a name= for the job: it is attached by name")
+        check_name(name)
+        check_free(name)
     runtime = Runtime.get()
     _supervision.install(runtime)
 
     async def start() -> HostMesh:
         links: list[AgentLink] = await start_hosts(runtime, hosts)
-        return HostMesh(_Hosts(list(links), allocator), Shape.from_dims(("hosts",), (hosts,)))
+        mesh = HostMesh(_Hosts(list(links), allocator), Shape.from_dims(("hosts",), (hosts,)))
+        if keep_alive is not None and name is not None:
+            try:
+                mesh._hosts.job = await start_lease(runtime, name, float(keep_alive), links)
+            except BaseException:
+                await allocator.stop_hosts(runtime, links, 0.0)
+                raise
+            mesh._hosts.job.note_hosts(mesh)
+        return mesh
 
     return from_concurrent(runtime, runtime.submit(start()))

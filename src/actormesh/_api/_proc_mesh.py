@@ -31,6 +31,7 @@ from ._adverbs import _Gather
 from ._allocator import Allocator, LocalAllocator, ProcessSpec
 from ._context import adopt, context
 from ._future import Future, from_concurrent, resolved
+from ._leased_job import actors_key
 from ._mesh_state import DEFAULT_STOP_REASON, Failure, all_states
 
 __all__ = ["ProcMesh", "managed", "own_process", "proc_mesh", "process_specs"]
@@ -62,6 +63,8 @@ class _Processes:
         self.restarter: _restart.Restarter | None = None
         # The host mesh it was spawned on and the processes per host (spawn_procs).
         self.hosts: tuple[Any, int] | None = None
+        # The leased job it belongs to, which writes down its actor meshes (_leased_job).
+        self.job: Any = None
 
 
 class _ProcessRef:
@@ -130,6 +133,9 @@ class ProcMesh(Shaped):
             raise TypeError(f"spawn needs a mesh name (a non-empty str) first, got {name!r}")
         if not (isinstance(actor_class, type) and issubclass(actor_class, Actor)):
             raise ActorClassError(f"spawn needs a subclass of actormesh.Actor, got {actor_class!r}")
+        job = self._processes.job
+        if job is not None:
+            job.claim(actors_key(name), "actor mesh")
         labels, sizes = self._shape.labels, self._shape.sizes
         children = self._processes.children
         ref = MeshRef(
@@ -160,6 +166,8 @@ class ProcMesh(Shaped):
         self._processes.meshes.append(ref.mesh_id)
         if self._processes.restarter is not None:
             self._processes.restarter.remember(mesh, spec)
+        if job is not None:
+            job.note_actors(mesh, actor_class, self)  # before the spawn: in order with it
         request = _Spawn(mesh)
         mesh._state.initialized = request.future
         request.send([(path, ranks, [payload, *buffers]) for path, ranks in mesh._routes()])
@@ -179,6 +187,8 @@ class ProcMesh(Shaped):
         if processes.stopped:
             return from_concurrent(runtime, _done_future())
         processes.stopped = True
+        if processes.job is not None:
+            processes.job.forget_procs(self)
         if processes.restarter is not None:
             _restart.uninstall(processes.restarter)
         for state in all_states():

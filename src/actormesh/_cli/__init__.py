@@ -2,7 +2,9 @@
 
 - ``actormesh host --join HOST:PORT`` and ``actormesh worker --join HOST:PORT``: processes
   that join a controller from other hosts (``_join``);
-- ``actormesh jobs``: this user's running controllers;
+- ``actormesh jobs``: this user's running controllers, then its leased jobs (``_leases``);
+- ``actormesh exec JOB script.py`` and ``actormesh kill JOB``: run a script as a leased
+  job's controller; end a leased job everywhere (``_leases``);
 - ``actormesh top``: a live view of a job's meshes and ranks (``_top``);
 - ``actormesh stacks [--mesh M] [--rank R]``: every selected rank's Python stacks,
   grouped where ranks share one (``_stacks``);
@@ -22,7 +24,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _join, _log, _timeline
+from . import _join, _leases, _log, _timeline
 
 __all__ = ["main"]
 
@@ -33,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     _join.add_commands(commands)
-    jobs = commands.add_parser("jobs", help="list this user's running jobs")
+    _leases.add_commands(commands)
+    jobs = commands.add_parser("jobs", help="list this user's running and leased jobs")
     top = commands.add_parser(
         "top",
         help="live view of a running job",
@@ -79,13 +82,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _join.run(args)
     if args.command == "log":
         return _log.log(args)
+    if args.command == "exec":
+        return _leases.exec_script(args)
+    if args.command == "kill":
+        return _leases.kill(args)
     from ._client import JobError
 
     try:
         if args.command == "jobs":
             from ._stacks import jobs
 
-            return jobs(args)
+            status = jobs(args)
+            _leases.list_leased(args.job)
+            return status
         if args.command == "stacks":
             from ._stacks import stacks
 

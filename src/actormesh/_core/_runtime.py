@@ -20,6 +20,7 @@ import errno
 import itertools
 import logging
 import os
+import secrets
 import shutil
 import socket
 import threading
@@ -123,6 +124,11 @@ class CoreRuntime:
             loop, self._new_route_connection, key, spin=self.config.reply_spin
         )
         self._parent: Connection | None = None
+        # What the owner's connection closing does when not the default, ending this
+        # process: a host agent holding a lease detaches instead (see _hosts._lease).
+        self.on_owner_lost: Callable[[str], None] | None = None
+        # When the owner's last heartbeat came (monotonic), for whoever watches it.
+        self.owner_heard = time.monotonic()
         self.failure_handler: Callable[[str, int, str, memoryview], None] | None = None
         # The job's secret: TCP peers prove it (workers started here inherit it).
         self.secret = config.secret or new_secret()
@@ -463,6 +469,11 @@ class CoreRuntime:
         conn = self._conns.get(path)
         return conn if conn is not None and not conn.closed else None
 
+    def adopt_owner(self, conn: Connection) -> None:
+        """Make ``conn`` this process' owner's connection (a controller attached to a
+        host agent's lease); only it may shut the process down from now on."""
+        self._parent = conn
+
     @property
     def parent(self) -> Connection:
         """The connection to this process' owner (a worker's, or a host agent's)."""
@@ -488,6 +499,12 @@ class CoreRuntime:
         req_id = next(self._ids)
         self._pending[req_id] = handler
         return req_id
+
+    def fresh_request_ids(self) -> None:
+        """Draw request ids from a random point on: a controller attaching to a leased
+        job must not reuse ids whose late replies (to a controller that died) may still
+        pass through the job's agents."""
+        self._ids = itertools.count(secrets.randbits(48) + (1 << 32))
 
     def forget(self, req_id: int) -> None:
         """Stop listening for a request (late replies are then dropped)."""
@@ -573,6 +590,8 @@ class CoreRuntime:
 
     def _handle_ping(self, conn: Connection, header: tuple[Any, ...]) -> None:
         # Answered here, on the loop, so a busy actor thread cannot delay it.
+        if conn is self._parent:
+            self.owner_heard = time.monotonic()
         conn.send([hdr.encode(hdr.Pong(hdr.read(hdr.Ping, header).seq))])
 
     def _other_kind(
@@ -604,7 +623,10 @@ class CoreRuntime:
         self.hosting.forget_reply_conn(conn)
         self.routes.peer_gone(conn.peer)
         if conn is self._parent:
-            self._exit_worker("the owner went away")
+            if self.on_owner_lost is not None:
+                self.on_owner_lost("the owner went away")
+            else:
+                self._exit_worker("the owner went away")
             return
         if self._child_connection_closed(conn, error):
             return

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from ._agent import dial_agent, serve_agent, serve_agent_listening
-from ._agent_link import AgentLink, WorkerSpec
+from ._agent_link import AgentLink, RelayedProcess, WorkerSpec
 from ._debug_relay import SessionWatch
 from ._event_log import KINDS as EVENT_KINDS
 from ._event_log import default_state_dir
 from ._joining import JoinWait, is_agent, join_order
+from ._lease_line import AttachRefusedError, ask
 from ._lifetime import serve
 from ._native_stacks import native_stacks
 from ._output import CURRENT_PREFIX
@@ -19,6 +20,7 @@ from ._setup import ProcessSetup, prepare
 
 __all__ = [
     "AgentLink",
+    "AttachRefusedError",
     "CURRENT_PREFIX",
     "ChildProcess",
     "EVENT_KINDS",
@@ -27,11 +29,13 @@ __all__ = [
     "LaunchCommand",
     "ProcessSetup",
     "Progress",
+    "RelayedProcess",
     "Runtime",
     "SessionWatch",
     "Status",
     "WORKER_ARGS",
     "WorkerSpec",
+    "ask",
     "default_state_dir",
     "describe_exit",
     "dial_agent",

@@ -59,6 +59,7 @@ from .._transport import (
     run_blocking,
 )
 from ._agent_link import WorkerSpec
+from ._lease import Lease
 from ._lifetime import serve
 from ._process import ChildProcess
 from ._reduction import Reduction
@@ -139,17 +140,22 @@ class Agent:
             listen on Unix sockets only, for an owner on this host).
     """
 
-    def __init__(self, runtime: Runtime, advertise: str | None) -> None:
+    def __init__(
+        self, runtime: Runtime, advertise: str | None, info: dict[str, Any] | None = None
+    ) -> None:
         # Nothing else needs to hold the agent: the handlers it registers below do.
         self.runtime = runtime
         # This host's workers listen where other hosts reach it (dual addresses).
         runtime.advertise = advertise
         runtime.owner_decides_restarts = True
         runtime.event_source = "agent"  # an event log of this host's workers
-        self._owner = runtime.parent
+        self.info = dict(info or {})  # what its HELLO said of this host
+        self._owner = runtime.parent  # (a controller attaching to a lease replaces it)
         # Workers by the address the owner knows them by (their TCP address).
         self._workers: dict[str, ChildProcess] = {}
         self._batches: dict[int, _Batch] = {}
+        # A job that outlives its controller (see _lease); None: the agent ends with it.
+        self.lease: Lease | None = None
         runtime.frame_kinds[headers.HOST] = self._host
         runtime.frame_kinds[headers.RELAY] = self._relay
         runtime.frame_kinds[headers.CAST] = self._cast
@@ -159,6 +165,20 @@ class Agent:
         # Output the workers' pipes carry goes to the owner (PipeForwarder writes to sys).
         sys.stdout = _OwnerStream(self, "stdout")
         sys.stderr = _OwnerStream(self, "stderr")
+
+    def adopt_owner(self, conn: Connection) -> None:
+        """A controller attached to this agent's lease on ``conn``: it is the owner now."""
+        self.runtime.adopt_owner(conn)
+        self._owner = conn
+
+    @property
+    def workers(self) -> dict[str, ChildProcess]:
+        """This host's workers, by the address their owner knows them by."""
+        return self._workers
+
+    def drop_batches(self) -> None:
+        """Forget the gathered replies being collected (their caller is gone)."""
+        self._batches.clear()
 
     # -- the owner's requests ---------------------------------------------------------------
 
@@ -173,6 +193,12 @@ class Agent:
             self._signal(*args)
         elif op == "release":
             self._release(*args)
+        elif op == "lease":
+            self.runtime.loop.create_task(self._answer(conn, req_id, self._start_lease(*args)))
+        elif op == "record":
+            self._record(*args)
+        elif op == "replay":
+            self.runtime.loop.create_task(self._answer(conn, req_id, self._replay(conn)))
         else:
             raise ValueError(f"unknown host operation {op!r}")
 
@@ -213,6 +239,27 @@ class Agent:
         child = self._workers.get(address)
         if child is not None and child.alive():
             child.signal_group(signal.Signals(sig))
+
+    async def _start_lease(
+        self, job: str, keep_alive: float, controller: dict[str, Any] | None = None
+    ) -> str:
+        """Outlive the owner by up to ``keep_alive`` seconds (see ``_lease``); the address
+        where a controller attaches."""
+        if self.lease is None:
+            self.lease = Lease(self, job, float(keep_alive), controller)
+        return self.lease.address
+
+    def _record(self, key: str, blob: bytes | None) -> None:
+        if self.lease is None:
+            raise ValueError("a mesh record for an agent without a lease")
+        if blob is None:
+            self.lease.records.pop(key, None)
+        else:
+            self.lease.records[key] = bytes(blob)
+
+    async def _replay(self, conn: Connection) -> int:
+        """What happened while no controller was attached, sent to ``conn``."""
+        return 0 if self.lease is None else self.lease.replay(conn)
 
     # -- traffic ----------------------------------------------------------------------------
 
@@ -273,6 +320,9 @@ class Agent:
 
     def _failure_from_worker(self, mesh_id: str, rank: int, endpoint: str, payload: Any) -> None:
         header = headers.encode(headers.Failure(mesh_id, rank, endpoint))
+        if self.lease is not None and self.lease.detached:
+            self.lease.keep_failure([header, bytes(payload)])
+            return
         with contextlib.suppress(TransportClosed):
             self._owner.send([header, payload])
 
@@ -283,10 +333,19 @@ class Agent:
         for req_id, batch in list(self._batches.items()):
             if batch.waiting.pop(child.listen_path, None) is not None and not batch.waiting:
                 self._flush(req_id)
-        self._event("exited", child.listen_path, {"reason": reason, "code": child.returncode})
+        details = {"reason": reason, "code": child.returncode}
+        if self.lease is not None and self.lease.detached:
+            frame = [headers.encode(headers.Event("exited", child.listen_path)), dumps(details)[0]]
+            self.lease.keep_failure(frame, exited=child.listen_path)
+            return
+        self._event("exited", child.listen_path, details)
 
     def output(self, stream: str, text: str) -> None:
-        """Send output of this host's workers to the owner's ``stream``."""
+        """Send output of this host's workers to the owner's ``stream`` (kept for the
+        next controller while none is attached)."""
+        if self.lease is not None and self.lease.detached:
+            self.lease.keep_output(stream, text)
+            return
         self._event("output", "", {"stream": stream, "text": text})
 
     def _event(self, what: str, address: str, details: dict[str, Any]) -> None:
@@ -320,19 +379,20 @@ def _serve_as_agent(
     """Serve ``owner`` as the agent of this host, reached by other hosts at
     ``advertise`` (``None``: by none), until it goes away."""
     info = host_info(advertise or "")
+    said = {"role": "agent", "host": info.hostname, "address": info.address, "cpus": info.cpus}
     serve(
         key,
         owner,
-        {"role": "agent", "host": info.hostname, "address": info.address, "cpus": info.cpus},
+        said,
         own_group=own_group,
         prefix_output=False,
-        setup=functools.partial(_become_agent, advertise=advertise),
+        setup=functools.partial(_become_agent, advertise=advertise, info=said),
         owner_sock=owner_sock,
     )
 
 
-def _become_agent(runtime: Runtime, advertise: str | None) -> None:
-    Agent(runtime, advertise)  # the handlers it registers on the runtime keep it
+def _become_agent(runtime: Runtime, advertise: str | None, info: dict[str, Any]) -> None:
+    Agent(runtime, advertise, info)  # the handlers it registers on the runtime keep it
 
 
 def serve_agent_listening(address: str, secret: str | None) -> NoReturn:

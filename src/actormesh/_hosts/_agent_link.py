@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -169,6 +171,13 @@ class AgentLink:
         self.cpus = int(info.get("cpus", 1))
         self.workers: dict[str, RelayedProcess] = {}
         self.lost_reason: str | None = None
+        # What an agent of a leased job said when this owner attached (see _hosts._lease):
+        # the job, its mesh records, this host's workers; None for an agent without one.
+        self.lease_info: dict[str, Any] | None = info.get("lease")
+        # True once the agent holds a lease: it outlives this owner, which then never
+        # kills it, and leaves it running when this process exits.
+        self.leased = False
+        self._detached_why: str | None = None
 
     def __repr__(self) -> str:
         return f"<host agent on {self.hostname} ({self.address})>"
@@ -205,6 +214,29 @@ class AgentLink:
         new.restarts = old.restarts + 1
         self.workers[new.listen_path] = new
         return new
+
+    async def lease(self, job: str, keep_alive: float) -> str:
+        """Have the agent outlive this owner by up to ``keep_alive`` seconds (loop thread);
+        the address where a controller attaches to it later."""
+        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        address: str = await self._request("lease", job, keep_alive, me)
+        self.hold()
+        return address
+
+    def hold(self) -> None:
+        """The agent holds a lease: this owner leaves it running when it goes."""
+        self.leased = True
+        self.process.kill_with(None)
+
+    def record(self, key: str, blob: bytes | None) -> None:
+        """Write (``None``: remove) the mesh record ``key`` at the agent (any thread)."""
+        self._tell("record", key, blob)
+
+    async def replay(self) -> int:
+        """Have the agent send what it kept while detached (loop thread): its output and
+        failures arrive before this returns; how many failures."""
+        count: int = await self._request("replay")
+        return count
 
     def signal(self, address: str, sig: int) -> None:
         """Ask the agent to send ``sig`` to the worker at ``address`` (fire and forget)."""
@@ -254,12 +286,25 @@ class AgentLink:
             worker = self.workers.pop(address, None)
             if worker is not None:
                 worker.exited(str(details.get("reason", "exited")), details.get("code"))
+        elif what == "detached":
+            # Another controller took the job over; the hang-up follows. Its workers run
+            # on: their going out of reach is no failure to report here.
+            self._detached_why = str(details.get("why", "detached"))
+            self.process.stopping = True
+            for worker in self.workers.values():
+                worker.stopping = True
         else:
             log.warning("%r sent an event of unknown kind %r", self, what)
 
     def lost(self, reason: str) -> None:
-        """The agent is gone, and so is every worker of its host (loop thread)."""
-        self.lost_reason = f"the host agent on {self.hostname} is gone: {reason}"
+        """The agent is gone, and so is every worker of its host (loop thread); or, for a
+        leased agent, this owner was detached from them (they run on)."""
+        if self._detached_why is not None:
+            reason = self._detached_why
+            self.lost_reason = f"detached from the host agent on {self.hostname}: {reason}"
+        else:
+            self.lost_reason = f"the host agent on {self.hostname} is gone: {reason}"
         workers, self.workers = self.workers, {}
+        how = "is gone with its host agent" if self._detached_why is None else "is out of reach"
         for worker in workers.values():
-            worker.exited(f"is gone with its host agent ({reason})", None)
+            worker.exited(f"{how} ({reason})", None)

@@ -157,7 +157,8 @@ class Runtime(CoreRuntime):
     def _stop_children(self) -> None:
         if self._forks is not None:
             self._forks.close()
-        children = list(self._children.values())
+        # A leased job's agents and workers outlive this process (see _lease): left alone.
+        children = [c for c in self._children.values() if not self.leased(c)]
         if children and not self.in_loop_thread() and self.loop.is_running():
             try:
                 self.run_sync(self.stop_processes(children, grace=1.0), timeout=15)
@@ -325,7 +326,7 @@ class Runtime(CoreRuntime):
     def _handle_hello(self, conn: Connection, header: tuple[Any, ...]) -> None:
         path, pid, key, info = headers.read(headers.Hello, header)
         child = self._children.get(path)
-        if child is None and (is_tcp(path) or conn in self._attaching):
+        if conn in self._attaching or (child is None and is_tcp(path)):
             # A process this one did not start dialled in, or one we dialled (a host agent
             # on a Unix socket, say): whoever waits for it adopts it.
             self.joins.offer(Joined(conn, path, pid, key, info))
@@ -590,6 +591,14 @@ class Runtime(CoreRuntime):
         if not self._deferrals.active(path) and not self.owner_decides_restarts:
             child.release_address()  # no successor will listen there
 
+    def leased(self, child: ChildProcess) -> bool:
+        """True for a host agent holding a lease, and for the workers it started: they
+        outlive this owner."""
+        link = child.link if isinstance(child, RelayedProcess) else None
+        if isinstance(child, RemoteProcess):
+            link = self.agents.get(child.conn)
+        return link is not None and link.leased
+
     def _owned_conns(self, child: ChildProcess) -> list[Connection]:
         """The connections ``child`` made to us (its HELLO)."""
         return [known for known, owned in self._child_conns.items() if owned is child]
@@ -688,6 +697,15 @@ class Runtime(CoreRuntime):
                 forwarder.drain()
         if self._aggregator is not None:
             self._aggregator.flush()  # what the stopped processes said comes before "stopped"
+
+    def let_go(self, children: Sequence[ChildProcess]) -> None:
+        """Stop owning ``children`` without ending them (a controller detaching from a
+        leased job: they run on, and another owner may take them)."""
+        for child in children:
+            child.stopping = True
+            if self._heartbeat is not None:
+                self._heartbeat.untrack(child)
+            self._children.pop(child.listen_path, None)
 
     def children(self) -> list[ChildProcess]:
         """Worker processes started by this runtime that have not been stopped."""
