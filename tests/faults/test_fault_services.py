@@ -25,6 +25,7 @@ sys.path.insert(0, _ACTORS)
 os.environ["PYTHONPATH"] = os.pathsep.join((_ACTORS, os.environ.get("PYTHONPATH", "")))
 
 from service_actors import Replicated  # noqa: E402
+from service_support import run_rl_service  # noqa: E402
 
 
 class Lowest:
@@ -54,11 +55,15 @@ def _gone(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
 
 
+def _load(actors: Any, version: int) -> Any:
+    return actors.load.call(version)
+
+
 def test_a_rank_death_fails_the_call_in_flight_naming_the_replica_and_rebuilds_it_whole(
     failures: list[actormesh.Failure],
 ) -> None:
     with spawn_service("unit", Replicated, replicas=2, per_replica={"tp": 2},
-                       router=Lowest()).get() as svc:  # fmt: skip
+                       router=Lowest(), load_weights=_load, version=7).get() as svc:  # fmt: skip
         old = _pids(svc, 0)
         held = svc.hold.answer("x")  # not idempotent: may not run twice
         _kill_rank(svc, 0, rank=1)
@@ -72,9 +77,10 @@ def test_a_rank_death_fails_the_call_in_flight_naming_the_replica_and_rebuilds_i
         new = list(stats[0].pids)
         assert len(new) == 2 and not set(new) & set(old)
         assert all(_gone(pid) for pid in old)  # the surviving rank was killed too
-        # The rebuilt replica is fresh (new actors) and serves.
+        # The rebuilt replica is fresh (new actors), loaded the weights, and serves.
         assert svc.replica_actors(0).history.call().get().values() == [[], []]
-        assert svc.who.answer(1).get().replica == 0
+        answer = svc.who.answer(1).get()
+        assert (answer.replica, answer.version, answer.value["version"]) == (0, 7, 7)
     assert failures == []  # a rebuild within budget does not bother the controller
 
 
@@ -165,3 +171,19 @@ def test_a_replica_rebuilt_during_a_refit_comes_back_with_the_new_version(
         answers = [svc.who.answer(i).get() for i in range(4)]
         assert {(a.version, a.value["version"]) for a in answers} == {(1, 1)}
     assert failures == []
+
+
+def test_the_rl_service_example_loses_no_rollout_when_a_rank_is_killed_mid_rollout() -> None:
+    # Killed in the last step: no later refit can mask a rebuild that missed the weights.
+    _, summary, _ = run_rl_service("--steps", "4", "--rollouts", "24", "--kill-at", "3")
+    # The example itself checks every step: each prompt answered exactly once, by the
+    # step's weights. Here: every step finished, the rollout in flight on the killed
+    # replica was sent again, and the rebuilt replica serves the current weights.
+    assert summary["steps"] == 4 and summary["rollouts"] == 96
+    killed = summary["killed"]
+    assert killed is not None and killed["in_flight"] == 1
+    assert summary["retried"] == killed["in_flight"]
+    restarts = summary["restarts"]
+    assert restarts[killed["replica"]] == 1 and sum(restarts) == 1
+    assert summary["states"] == ["serving"] * 3 and summary["versions"] == [4, 4, 4]
+    assert summary["final_versions"] == [[4, 4]] and summary["final_replicas"] == [0, 1, 2]

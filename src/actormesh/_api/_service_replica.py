@@ -166,6 +166,7 @@ class Replica:
         until the replica holds the service's current version (a refit may move it on
         while this one loads)."""
         settings = self.settings
+        self.version = None  # new actors hold no weights, whatever the last ones held
         procs: ProcMesh = await proc_mesh(
             dict(settings.per_replica), name=f"{name}.{self.index}", env=settings.env
         )
