@@ -187,3 +187,17 @@ def test_the_rl_service_example_loses_no_rollout_when_a_rank_is_killed_mid_rollo
     assert restarts[killed["replica"]] == 1 and sum(restarts) == 1
     assert summary["states"] == ["serving"] * 3 and summary["versions"] == [4, 4, 4]
     assert summary["final_versions"] == [[4, 4]] and summary["final_replicas"] == [0, 1, 2]
+
+
+def test_an_idempotent_call_is_sent_at_most_max_attempts_times() -> None:
+    with spawn_service("bounded", Replicated, replicas=2, per_replica={"tp": 2},
+                       router=Lowest(), max_attempts=2).get() as svc:  # fmt: skip
+        everywhere = _pids(svc, 0) + _pids(svc, 1)  # the call blocks on either replica
+        held = svc.hold_in.answer("z", everywhere)
+        _kill_rank(svc, 0)
+        svc.replica_actors(1).wait_for_call.call().get()  # resent to replica 1
+        svc.wait_serving(0).get()  # and replica 0 rebuilt: it could take the call now
+        assert [(s.replica, s.in_flight) for s in svc.stats()] == [(0, 0), (1, 1)]
+        _kill_rank(svc, 1)
+        with pytest.raises(ReplicaFailedError, match=r"sent 2 times \(max_attempts=2\)"):
+            held.get()

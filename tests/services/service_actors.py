@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from typing import Any
@@ -17,6 +18,7 @@ class Replicated(Actor):
         self.version = -1
         self.seen: list[Any] = []
         self.release = threading.Event()
+        self.arrived = threading.Event()  # a holding call is running here
 
     def _me(self, x: Any) -> dict[str, Any]:
         return {"rank": current_rank().rank, "pid": os.getpid(), "x": x, "version": self.version}
@@ -54,10 +56,17 @@ class Replicated(Actor):
     def hold_in(self, x: Any, pids: list[int]) -> dict[str, Any]:
         """Idempotent; blocks (as `hold`) only in the processes ``pids``."""
         self.seen.append(x)
+        self.arrived.set()
         if os.getpid() in pids:
             self.release.wait(120)
             self.release.clear()
         return self._me(x)
+
+    @endpoint(concurrent=True)
+    async def wait_for_call(self) -> None:
+        """Returns once a `hold_in` call has reached this actor (concurrent: it runs
+        beside the call, which may be blocked)."""
+        await asyncio.to_thread(self.arrived.wait, 120)
 
     @endpoint(concurrent=True)
     async def let_go(self) -> None:

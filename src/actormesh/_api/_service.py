@@ -83,7 +83,8 @@ def spawn_service(
             failure hook.
         max_attempts: sends of one call of an idempotent endpoint
             (``@endpoint(idempotent=True)``) when replicas fail under it.
-        retry_backoff: seconds before the first resend; doubled for each further one.
+        retry_backoff: seconds before the second resend of a call (the first goes at
+            once, to another replica); doubled for each further one.
         reduce: the replica's answer from every rank's (a ``ValueMesh``); by default
             rank 0's value.
         env: extra environment variables for every process.

@@ -13,8 +13,8 @@ Where a call can be, and what moves it:
   rotation for a rolling refit, its queued calls are routed again (nothing was sent, so
   this cannot run anything twice).
 - a replica's ``in_flight``: sent. When the replica fails, a call of an idempotent
-  endpoint is routed again after a backoff, up to ``max_attempts`` sends; any other fails
-  with `ReplicaFailedError` naming the replica.
+  endpoint is routed again (at once the first time, then after a doubling backoff), up to
+  ``max_attempts`` sends; any other fails with `ReplicaFailedError` naming the replica.
 """
 
 from __future__ import annotations
@@ -309,8 +309,13 @@ class ServiceCore:
         call.replica = None
         settings = self.settings
         if call.idempotent and call.attempts < settings.max_attempts:
-            delay = settings.retry_backoff * 2 ** (call.attempts - 1)
-            self.runtime.loop.call_later(delay, self._route, call)
+            # The first resend goes at once (it goes to another replica: this one is out
+            # of rotation); further ones back off, doubling, as failures then cascade.
+            if call.attempts == 1:
+                self._route(call)
+            else:
+                delay = settings.retry_backoff * 2 ** (call.attempts - 2)
+                self.runtime.loop.call_later(delay, self._route, call)
             return
         if call.idempotent:
             why = f"it was sent {call.attempts} times (max_attempts={settings.max_attempts})"
