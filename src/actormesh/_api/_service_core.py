@@ -148,7 +148,7 @@ class ServiceCore:
             if call.session is not None:
                 self.sessions[call.session] = target.index
         call.replica = target
-        target.queue.append(call)
+        _enqueue(target.queue, call)
         self._pump(target)
 
     def _sticky(self, call: ServiceCall) -> Replica | None:
@@ -537,3 +537,13 @@ class ServiceCore:
         task = self.runtime.loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _enqueue(queue: deque[ServiceCall], call: ServiceCall) -> None:
+    """Put ``call`` in ``queue`` in arrival order: a call moved or resent from a failed
+    replica goes before the newer calls already waiting, not behind them."""
+    if not queue or queue[-1].seq < call.seq:
+        queue.append(call)
+        return
+    position = next(i for i, waiting in enumerate(queue) if waiting.seq > call.seq)
+    queue.insert(position, call)
