@@ -22,6 +22,7 @@ from .._shape import ValueMesh
 from . import _supervision
 from ._actor import Actor, endpoint_table
 from ._future import Future
+from ._host_mesh import HostMesh
 from ._proc_mesh import _from_concurrent
 from ._service_call import RefitPolicy, ServiceCall, ServiceSettings
 from ._service_core import ServiceCore
@@ -52,6 +53,7 @@ def spawn_service(
     retry_backoff: float = 0.05,
     reduce: Callable[[ValueMesh[Any]], Any] | None = None,
     env: Mapping[str, str] | None = None,
+    hosts: HostMesh | None = None,
 ) -> Future[Service]:
     """Start a service of ``replicas`` replicas, each a mesh of ``per_replica`` processes
     with one ``actor_class(*args, **kwargs)`` in each.
@@ -88,12 +90,17 @@ def spawn_service(
         reduce: the replica's answer from every rank's (a ``ValueMesh``); by default
             rank 0's value.
         env: extra environment variables for every process.
+        hosts: where replicas run: each replica's processes on one host of this host
+            mesh (whose agent is alive, with the fewest replicas), so a replica whose
+            host is lost is rebuilt on another; by default, this host.
 
     Raises:
         TypeError, ValueError: at the call site, for a bad argument.
     """
     _check_arguments(name, actor_class, replicas, max_in_flight, max_restarts, restart_window,
                      max_attempts, retry_backoff, refit)  # fmt: skip
+    if hosts is not None and not isinstance(hosts, HostMesh):
+        raise TypeError(f"hosts must be a HostMesh, not {hosts!r}")
     dims = {"procs": per_replica} if isinstance(per_replica, int) else dict(per_replica)
     if not dims or any(not isinstance(n, int) or n < 1 for n in dims.values()):
         raise ValueError(f"per_replica must give positive sizes, not {per_replica!r}")
@@ -112,6 +119,7 @@ def spawn_service(
         load_weights=load_weights,
         reduce=reduce,
         env=env,
+        hosts=hosts,
         args=tuple(args),
         kwargs=dict(kwargs or {}),
     )

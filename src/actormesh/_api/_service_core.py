@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections import deque
+from collections import Counter, deque
 from typing import Any
 
 from .._exceptions import (
@@ -33,7 +33,7 @@ from .._exceptions import (
     SupervisionError,
 )
 from .._hosts import Runtime
-from .._shape import ValueMesh
+from .._shape import Shape, ValueMesh
 from ._future import Future
 from ._mesh_state import Failure, MeshState, state_of
 from ._service_call import RefitPolicy, ServiceCall, ServiceSettings
@@ -48,6 +48,7 @@ log = logging.getLogger("actormesh.service")
 # Errors of a call that say its replica is broken, not that the endpoint raised.
 _BROKEN = (ActorDiedError, MeshStoppedError, SupervisionError)
 _COMING_BACK = ("starting", "restarting", "refitting")
+_PLACED = ("starting", "serving", "refitting", "restarting", "draining")
 
 
 class ServiceCore:
@@ -92,7 +93,8 @@ class ServiceCore:
         return replica
 
     async def _build(self, replica: Replica) -> None:
-        await replica.build(self.name, self.actor_class, self._replica_failed, self._version)
+        host = self._place(replica)
+        await replica.build(self.name, self.actor_class, self._replica_failed, self._version, host)
         if replica.state not in ("starting", "restarting") or self.stopped:
             await replica.kill("the service was stopped or scaled down")
             return
@@ -106,6 +108,22 @@ class ServiceCore:
 
     def _stopped_error(self) -> ServiceUnavailableError:
         return ServiceUnavailableError(f"service '{self.name}' was stopped")
+
+    def _place(self, replica: Replica) -> Any:
+        """The host for ``replica``'s processes: of the service's hosts whose agent is
+        alive, one with the fewest replicas (``None``: this host, without a host mesh)."""
+        hosts = self.settings.hosts
+        if hosts is None:
+            return None
+        links = hosts._hosts.links
+        live = [h for h in hosts._shape.ranks if links[h] is None or links[h].lost_reason is None]
+        if not live:
+            raise ServiceUnavailableError(f"service '{self.name}': every host it may use is gone")
+        used = Counter(
+            r.host for r in self.replicas.values() if r is not replica and r.state in _PLACED
+        )
+        replica.host = min(live, key=lambda h: (used[h], h))
+        return hosts._with_shape(Shape((), (), (replica.host,)))
 
     def _version(self) -> int:
         return self.version
