@@ -173,18 +173,22 @@ def test_a_replica_rebuilt_during_a_refit_comes_back_with_the_new_version(
     assert failures == []
 
 
-def test_the_rl_service_example_loses_no_rollout_when_a_rank_is_killed_mid_rollout() -> None:
+def test_the_rl_service_example_loses_no_rollout_when_a_rank_and_a_host_die_mid_rollout() -> None:
     # Killed in the last step: no later refit can mask a rebuild that missed the weights.
-    _, summary, _ = run_rl_service("--steps", "4", "--rollouts", "24", "--kill-at", "3")
+    # The replicas run on 4 host agents (one spare); one replica loses a rank, another
+    # its whole host.
+    args = ["--steps", "4", "--hosts", "4", "--kill-at", "3", "--kill-agent-at", "3"]
+    _, summary, _ = run_rl_service(*args)
     # The example itself checks every step: each prompt answered exactly once, by the
-    # step's weights. Here: every step finished, the rollout in flight on the killed
-    # replica was sent again, and the rebuilt replica serves the current weights.
+    # step's weights. Here: every step finished, the rollouts in flight on the broken
+    # replicas were sent again, and the rebuilt replicas serve the current weights.
     assert summary["steps"] == 4 and summary["rollouts"] == 96
-    killed = summary["killed"]
-    assert killed is not None and killed["in_flight"] == 1
-    assert summary["retried"] == killed["in_flight"]
+    killed, host_killed = summary["killed"], summary["host_killed"]
+    assert killed["in_flight"] == 1 and summary["retried"] >= 1
+    assert killed["replica"] != host_killed["replica"]
     restarts = summary["restarts"]
-    assert restarts[killed["replica"]] == 1 and sum(restarts) == 1
+    assert restarts[killed["replica"]] == restarts[host_killed["replica"]] == 1
+    assert sum(restarts) == 2
     assert summary["states"] == ["serving"] * 3 and summary["versions"] == [4, 4, 4]
     assert summary["final_versions"] == [[4, 4]] and summary["final_replicas"] == [0, 1, 2]
 
