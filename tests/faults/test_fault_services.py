@@ -205,3 +205,17 @@ def test_an_idempotent_call_is_sent_at_most_max_attempts_times() -> None:
         _kill_rank(svc, 1)
         with pytest.raises(ReplicaFailedError, match=r"sent 2 times \(max_attempts=2\)"):
             held.get()
+
+
+def test_an_error_raised_because_a_peer_rank_died_counts_as_the_replica_failing() -> None:
+    # Rank 0 raises as soon as rank 1 is gone (as a collective does), which may reach the
+    # controller before the death itself: the service must still see a broken replica.
+    with spawn_service("peer", Replicated, replicas=2, per_replica={"tp": 2},
+                       router=Lowest()).get() as svc:  # fmt: skip
+        peer = _pids(svc, 0)[1]
+        pending = svc.fail_when_gone.answer(peer)
+        _kill_rank(svc, 0, rank=1)
+        with pytest.raises(ReplicaFailedError, match="replica 0"):
+            pending.get()
+        svc.wait_serving().get()
+        assert [s.restarts for s in svc.stats()] == [1, 0]

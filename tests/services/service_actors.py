@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import threading
 from typing import Any
 
@@ -83,6 +84,20 @@ class Replicated(Actor):
         total = torch.tensor([x * (rank + 1)])
         dist.all_reduce(total)
         return {"sum": float(total.item()), "world": dist.get_world_size(), "rank": rank}
+
+    @endpoint
+    def fail_when_gone(self, pid: int) -> None:
+        """Raises once process ``pid`` (a peer of this replica) is gone, as a collective
+        with a dead peer does; waits on its pidfd, so no polling."""
+        if os.getpid() == pid:
+            self.release.wait(120)  # the peer itself: blocked until it is killed
+            return
+        fd = os.pidfd_open(pid)
+        try:
+            select.select([fd], [], [], 120)
+        finally:
+            os.close(fd)
+        raise RuntimeError(f"peer {pid} is gone")
 
     @endpoint
     def pid(self) -> int:
