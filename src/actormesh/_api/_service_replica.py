@@ -182,7 +182,7 @@ class Replica:
         self.procs = procs
         for child in procs._processes.children:
             _supervision.claim(child.listen_path, self._death_handler(on_death))
-        actors: Any = procs.spawn(name, actor_class, *settings.args, **settings.kwargs)
+        actors: Any = procs.spawn(label, actor_class, *settings.args, **settings.kwargs)
         await actors.initialized
         self.actors = actors
         for setup in settings.setup:
