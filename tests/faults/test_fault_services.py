@@ -24,7 +24,7 @@ _ACTORS = str(Path(__file__).resolve().parents[1] / "services")
 sys.path.insert(0, _ACTORS)
 os.environ["PYTHONPATH"] = os.pathsep.join((_ACTORS, os.environ.get("PYTHONPATH", "")))
 
-from service_actors import Replicated  # noqa: E402
+from service_actors import Replicated, Unbuildable  # noqa: E402
 from service_support import run_rl_service  # noqa: E402
 
 
@@ -219,3 +219,9 @@ def test_an_error_raised_because_a_peer_rank_died_counts_as_the_replica_failing(
             pending.get()
         svc.wait_serving().get()
         assert [s.restarts for s in svc.stats()] == [1, 0]
+
+
+def test_a_service_whose_actors_cannot_be_built_fails_to_start_and_leaves_nothing() -> None:
+    with pytest.raises(actormesh.ActorInitError, match="cannot build rank 1"):
+        spawn_service("broken", Unbuildable, replicas=2, per_replica={"tp": 2}).get()
+    # (the leak check fails the test if a replica's processes were left running)

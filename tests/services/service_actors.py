@@ -106,3 +106,15 @@ class Replicated(Actor):
     @endpoint
     def boom(self) -> None:
         raise ValueError("boom")
+
+
+class Unbuildable(Actor):
+    """Its ``__init__`` raises on rank 1 of a replica."""
+
+    def __init__(self) -> None:
+        if current_rank().rank == 1:
+            raise ValueError("cannot build rank 1")
+
+    @endpoint
+    def ping(self) -> None:
+        pass

@@ -290,6 +290,13 @@ class Service:
 
         return runtime.submit(run()).result()
 
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"service '{self.name}' cannot be sent to another process: its routing, queues "
+            "and restarts live in the process that made it (call it from there, or send "
+            "service.replica_actors(i), an ordinary actor mesh)"
+        )
+
     async def __aenter__(self) -> Service:
         return self
 
