@@ -325,7 +325,10 @@ class ServiceEndpoint(Generic[R]):
         self._session = session
 
     def route(self, *args: Any, **kwargs: Any) -> Future[R]:
-        """Call the endpoint on one replica (every rank of it); the replica's answer."""
+        """Call the endpoint on one replica (every rank of it); the replica's answer.
+
+        ``future.cancel()`` drops a call that was not sent yet; one already running on a
+        replica runs to its end there, and its answer is dropped."""
         return self._call(args, kwargs, answer=False)
 
     def answer(self, *args: Any, **kwargs: Any) -> Future[Answer[R]]:
@@ -337,10 +340,13 @@ class ServiceEndpoint(Generic[R]):
         if arity is not None:
             arity.check(self._name, args, kwargs)  # a bad call fails here, not on a replica
         core = self._core
-        future: Future[Any] = Future._new(core.runtime.in_loop_thread)
+        runtime = core.runtime
+        future: Future[Any] = Future._new(
+            runtime.in_loop_thread, on_cancel=lambda: runtime.call_soon(core.cancel, call)
+        )
         call = ServiceCall(self._name, args, kwargs, self._options.idempotent, self._session,
                            future, answer)  # fmt: skip
-        core.runtime.call_soon(core.submit, call)
+        runtime.call_soon(core.submit, call)
         return future
 
 

@@ -141,6 +141,14 @@ class ServiceCore:
         call.seq = self._submitted
         self._route(call)
 
+    def cancel(self, call: ServiceCall) -> None:
+        """The caller gave ``call`` up: drop it wherever it waits unsent."""
+        replica = call.replica
+        if replica is not None and call in replica.queue:
+            replica.queue.remove(call)
+        elif call in self.pending:
+            self.pending.remove(call)
+
     def _route(self, call: ServiceCall) -> None:
         call.replica = None
         if call.done:
