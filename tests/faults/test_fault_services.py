@@ -24,7 +24,7 @@ _ACTORS = str(Path(__file__).resolve().parents[1] / "services")
 sys.path.insert(0, _ACTORS)
 os.environ["PYTHONPATH"] = os.pathsep.join((_ACTORS, os.environ.get("PYTHONPATH", "")))
 
-from service_actors import Replicated, Unbuildable  # noqa: E402
+from service_actors import FailsOnceMarked, Replicated, Unbuildable  # noqa: E402
 from service_support import run_rl_service  # noqa: E402
 
 
@@ -225,3 +225,21 @@ def test_a_service_whose_actors_cannot_be_built_fails_to_start_and_leaves_nothin
     with pytest.raises(actormesh.ActorInitError, match="cannot build rank 1"):
         spawn_service("broken", Unbuildable, replicas=2, per_replica={"tp": 2}).get()
     # (the leak check fails the test if a replica's processes were left running)
+
+
+def test_a_rebuild_that_fails_is_tried_again_within_the_budget(
+    tmp_path: Path, failures: list[actormesh.Failure]
+) -> None:
+    marker = tmp_path / "fail-once"
+    with spawn_service("retry-build", FailsOnceMarked, replicas=1, per_replica={"tp": 2},
+                       kwargs={"marker": str(marker)}, max_restarts=3).get() as svc:  # fmt: skip
+        marker.touch()  # the next build fails once
+        held = svc.hold.answer("x")
+        _kill_rank(svc, 0)
+        with pytest.raises(ReplicaFailedError):
+            held.get()
+        svc.wait_serving().get()
+        assert not marker.exists()  # the first rebuild did fail
+        assert [(s.state, s.restarts) for s in svc.stats()] == [("serving", 2)]
+        assert svc.who.route(1).get()["x"] == 1
+    assert failures == []  # neither the death nor the failed __init__ bothered anyone

@@ -108,6 +108,19 @@ class Replicated(Actor):
         raise ValueError("boom")
 
 
+class FailsOnceMarked(Replicated):
+    """Its ``__init__`` raises (once) while the file ``marker`` exists: a rebuild that
+    fails the first time."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        try:
+            os.remove(marker)
+        except FileNotFoundError:
+            return
+        raise RuntimeError("marked to fail once")
+
+
 class Unbuildable(Actor):
     """Its ``__init__`` raises on rank 1 of a replica."""
 
