@@ -56,6 +56,18 @@ class Config:
             the ``actormesh`` command; nothing on disk) and workers count each endpoint's
             calls, errors and run times. ``False`` turns both off; breakpoints in actors
             and ``mesh.stacks()`` work either way.
+        timeline_spans: call spans each process keeps for ``actormesh timeline`` (a ring:
+            the last ones), recorded as each message ends; 0 keeps none. Off with
+            ``observe``.
+        event_log: keep the job event log (process starts and exits, restarts,
+            supervision events, timeouts, meshes, weight versions) in a SQLite file under
+            ``state_dir`` that survives the job, read with ``actormesh log``; the
+            controller writes it, and each host agent one of its own for its host.
+        state_dir: where event logs go (``<state_dir>/jobs/<job>.sqlite``). ``None``:
+            ``$XDG_STATE_HOME/actormesh``, else ``~/.local/state/actormesh``.
+        job_name: the job's name in its event log's file name and ``job`` table.
+            ``None``: the program's name, its start time (UTC) and pid
+            (``train-20261127-013502-4947``).
         output_aggregate: identical lines printed by several actors of a mesh larger than
             this within ``output_window`` seconds are shown once, with the ranks and a
             count (``[trainer {gpus=0..7}] x8 loss 0.31``); 0 shows every line as printed.
@@ -93,6 +105,10 @@ class Config:
     max_handshakes: int = 256
     max_handshakes_per_host: int = 64
     observe: bool = True
+    timeline_spans: int = 8192
+    event_log: bool = True
+    state_dir: str | None = None
+    job_name: str | None = None
     output_aggregate: int = 4
     output_window: float = 0.25
     progress: Literal["auto", "always", "never"] = "auto"
@@ -138,6 +154,8 @@ class Config:
             raise ValueError(f"reply_spin must be between 0 and 0.01 s, not {self.reply_spin!r}")
         if self.max_message_bytes <= 0 or self.shm_threshold < 0:
             raise ValueError("max_message_bytes must be positive and shm_threshold >= 0")
+        if self.timeline_spans < 0:
+            raise ValueError(f"timeline_spans must be >= 0, not {self.timeline_spans!r}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:

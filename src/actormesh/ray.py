@@ -31,7 +31,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from ._pure._routing import ChoosePolicy, NoCapacity, policy_from
+from ._pure import ChoosePolicy, NoCapacity, policy_from
 from ._shape import Shape
 
 __all__ = ["ActorMesh", "method"]

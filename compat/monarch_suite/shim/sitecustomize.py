@@ -102,7 +102,10 @@ def _internal_module(name: str) -> types.ModuleType:
             raise AttributeError(attr)
         alias = _ALIASES.get(f"{name}:{attr}")
         if alias is not None:
-            return getattr(importlib.import_module("actormesh.actor"), alias)
+            face = importlib.import_module("actormesh.actor")
+            if not hasattr(face, alias):  # a name Monarch keeps out of monarch.actor
+                face = importlib.import_module("actormesh")
+            return getattr(face, alias)
         value = _PLUMBING.get(name, {}).get(attr) or _stand_in(name, attr)
         setattr(module, attr, value)
         return value

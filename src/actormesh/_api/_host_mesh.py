@@ -21,21 +21,19 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .._hosts import ChildProcess, Runtime
-from .._hosts._agent_link import AgentLink, WorkerSpec
-from .._hosts._setup import ProcessSetup, prepare
+from .._hosts import AgentLink, ChildProcess, ProcessSetup, Runtime, WorkerSpec, prepare
 from .._shape import Point, Shape, Shaped
 from .._transport import parse_worker_address
 from . import _restart, _supervision
-from ._allocator import Allocator, LocalAllocator, ProcessSpec
+from ._allocator import Allocator, HostAllocator, LocalAllocator, ProcessSpec
 from ._bootstrap_command import (
     HOST_BOOTSTRAP_VARIABLE,
     BootstrapCommand,
     default_bootstrap_cmd,
     host_bootstrap,
 )
-from ._future import Future
-from ._proc_mesh import ProcMesh, _from_concurrent, managed, process_specs
+from ._future import Future, from_concurrent
+from ._proc_mesh import ProcMesh, managed, process_specs
 
 __all__ = ["HostMesh", "attach_to_workers", "host_mesh", "this_host", "this_proc"]
 
@@ -222,7 +220,7 @@ class HostMesh(Shaped):
         links = [link for link in hosts.links if link is not None]
         if hosts.stopped or not links:
             hosts.stopped = hosts.stopped or bool(links)
-            return _from_concurrent(runtime, runtime.submit(_nothing()))
+            return from_concurrent(runtime, runtime.submit(_nothing()))
         hosts.stopped = True
         grace = runtime.config.stop_grace
 
@@ -232,7 +230,7 @@ class HostMesh(Shaped):
                 await procs.stop()
             await hosts.allocator.stop_hosts(runtime, links, grace)
 
-        return _from_concurrent(runtime, runtime.submit(stop()))
+        return from_concurrent(runtime, runtime.submit(stop()))
 
     def stop(self) -> Future[None]:
         """The same as ``shutdown()``."""
@@ -359,7 +357,7 @@ def attach_to_workers(
         TimeoutError: nothing listened at an address in time.
     """
     del private_key, name
-    from .._hosts._agent import dial_agent
+    from .._hosts import dial_agent
 
     runtime = Runtime.get()
     _supervision.install(runtime)
@@ -401,9 +399,12 @@ def host_mesh(hosts: int, *, allocator: Allocator | None = None) -> Future[HostM
     """
     if allocator is None:
         allocator = LocalAllocator()
-    start_hosts = getattr(allocator, "start_hosts", None)
-    if start_hosts is None:
-        raise TypeError(f"{allocator!r} cannot start host agents (it has no start_hosts())")
+    if not isinstance(allocator, HostAllocator):
+        raise TypeError(
+            f"{allocator!r} cannot start host agents: it is not a HostAllocator "
+            "(it has no start_hosts()/stop_hosts())"
+        )
+    start_hosts = allocator.start_hosts
     if isinstance(hosts, bool) or not isinstance(hosts, int) or hosts < 1:
         raise ValueError(f"hosts must be a positive int, not {hosts!r}")
     runtime = Runtime.get()
@@ -413,4 +414,4 @@ def host_mesh(hosts: int, *, allocator: Allocator | None = None) -> Future[HostM
         links: list[AgentLink] = await start_hosts(runtime, hosts)
         return HostMesh(_Hosts(list(links), allocator), Shape.from_dims(("hosts",), (hosts,)))
 
-    return _from_concurrent(runtime, runtime.submit(start()))
+    return from_concurrent(runtime, runtime.submit(start()))

@@ -20,13 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, TypeVar, cast
 
-from .. import _observe
-from .._core import dumps
-from .._core._envelope import SPAWN, STOP_MESH
+from .._core import dumps, headers
 from .._exceptions import ActorClassError, ActorDiedError, ActorInitError, MeshStoppedError
-from .._hosts import ChildProcess, Runtime
-from .._hosts._remote import Status
-from .._hosts._setup import ProcessSetup, prepare
+from .._hosts import ChildProcess, ProcessSetup, Runtime, Status, prepare
 from .._shape import Point, Shape, Shaped, ValueMesh
 from . import _restart, _supervision
 from ._actor import Actor, SpawnSpec, endpoint_table
@@ -34,7 +30,7 @@ from ._actor_mesh import ActorMesh, MeshRef, _StopRequest
 from ._adverbs import _Gather
 from ._allocator import Allocator, LocalAllocator, ProcessSpec
 from ._context import adopt, context
-from ._future import Future, resolved
+from ._future import Future, from_concurrent, resolved
 from ._mesh_state import DEFAULT_STOP_REASON, Failure, all_states
 
 __all__ = ["ProcMesh", "managed", "own_process", "proc_mesh", "process_specs"]
@@ -152,7 +148,11 @@ class ProcMesh(Shaped):
         creator = context().actor_instance.as_creator()
         mesh._state.creator = creator
         _supervision.adopt(mesh._state)
-        _observe.spawned(mesh)  # actormesh top / stacks / debug see it
+        # Imported here: _observe reads this package's meshes, so importing it at load
+        # time would make the two packages import each other.
+        from .._observe import spawned
+
+        spawned(mesh)  # actormesh top / stacks / debug see it
         spec = SpawnSpec(
             actor_class, args, kwargs, name, labels, sizes, mesh, proc_mesh=self, creator=creator
         )
@@ -177,7 +177,7 @@ class ProcMesh(Shaped):
                 "spawned on it with their own stop())"
             )
         if processes.stopped:
-            return _from_concurrent(runtime, _done_future())
+            return from_concurrent(runtime, _done_future())
         processes.stopped = True
         if processes.restarter is not None:
             _restart.uninstall(processes.restarter)
@@ -193,7 +193,7 @@ class ProcMesh(Shaped):
             owned = cast(list[ChildProcess], processes.children)  # (only owners stop)
             await processes.allocator.stop(runtime, owned, grace)
 
-        return _from_concurrent(runtime, runtime.submit(stopping()))
+        return from_concurrent(runtime, runtime.submit(stopping()))
 
     async def logging_option(
         self,
@@ -300,7 +300,7 @@ async def _stop_actors(runtime: Runtime, processes: _Processes, grace: float) ->
             continue
         request.conns.append(conn)
         for mesh_id in processes.meshes:
-            runtime.send(conn, (STOP_MESH, req_id, mesh_id), [])
+            runtime.send(conn, headers.StopMesh(req_id, mesh_id), [])
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(_awaited(future), grace)
 
@@ -320,8 +320,8 @@ class _Spawn(_Gather):
 
     routed = False  # answers come back on the runtime's connection, which watches them
 
-    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> tuple[Any, ...]:
-        return (SPAWN, self.req_id, self.ref.mesh_id, ranks)
+    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> headers.Header:
+        return headers.Spawn(self.req_id, self.ref.mesh_id, ranks)
 
     def _error(self, rank: int, error: BaseException) -> None:
         self.errors[rank] = error
@@ -412,7 +412,7 @@ def proc_mesh(
         children = await allocator.start(runtime, specs)
         return managed(runtime, name, children, allocator, mesh_shape, policy)
 
-    return _from_concurrent(runtime, runtime.submit(start()))
+    return from_concurrent(runtime, runtime.submit(start()))
 
 
 def process_specs(
@@ -490,7 +490,7 @@ class _OwnActors:
     async def stop(self, runtime: Runtime, processes: Sequence[ChildProcess], grace: float) -> None:
         conn = runtime.connection(runtime.listen_path)
         for mesh_id in self._processes.meshes:
-            runtime.send(conn, (STOP_MESH, 0, mesh_id), [])
+            runtime.send(conn, headers.StopMesh(0, mesh_id), [])
 
 
 _OWN: dict[int, ProcMesh] = {}
@@ -506,30 +506,10 @@ def own_process(runtime: Runtime) -> ProcMesh:
     return mesh
 
 
-def _cancel(inner: ConcurrentFuture[Any]) -> None:
-    inner.cancel()
-
-
 def _done_future() -> ConcurrentFuture[None]:
     done: ConcurrentFuture[None] = ConcurrentFuture()
     done.set_result(None)
     return done
-
-
-def _from_concurrent(runtime: Runtime, inner: ConcurrentFuture[T]) -> Future[T]:
-    """An actormesh ``Future`` that follows a ``concurrent.futures.Future``."""
-    future: Future[T] = Future._new(runtime.in_loop_thread, on_cancel=lambda: _cancel(inner))
-
-    def copy(done: ConcurrentFuture[T]) -> None:
-        if done.cancelled():
-            future._set_exception(asyncio.CancelledError())
-        elif done.exception() is not None:
-            future._set_exception(done.exception())  # type: ignore[arg-type]
-        else:
-            future._set_result(done.result())
-
-    inner.add_done_callback(copy)
-    return future
 
 
 _ = ValueMesh  # re-exported type used in docs

@@ -17,13 +17,12 @@ from typing import Any, Generic, TypeVar
 
 from .._exceptions import EndpointNotFoundError
 from .._hosts import Runtime
-from .._pure._routing import ChoosePolicy, policy_from
+from .._pure import ChoosePolicy, policy_from
 from .._shape import ValueMesh
 from . import _supervision
 from ._actor import Actor, endpoint_table
-from ._future import Future
+from ._future import Future, from_concurrent
 from ._host_mesh import HostMesh
-from ._proc_mesh import _from_concurrent
 from ._service_call import RefitPolicy, ServiceCall, ServiceSettings
 from ._service_core import ServiceCore
 from ._service_values import Answer, ReplicaStats
@@ -131,7 +130,7 @@ def spawn_service(
         await core.start(replicas)
         return Service(core)
 
-    return _from_concurrent(runtime, runtime.submit(start()))
+    return from_concurrent(runtime, runtime.submit(start()))
 
 
 def _check_arguments(
@@ -277,7 +276,7 @@ class Service:
 
     def _submit(self, coro: Any) -> Future[Any]:
         runtime = self._core.runtime
-        return _from_concurrent(runtime, runtime.submit(coro))
+        return from_concurrent(runtime, runtime.submit(coro))
 
     def _run(self, fn: Callable[[], R]) -> R:
         """``fn()`` on the loop thread (where the service's state lives), waited for."""

@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .._pure._routing import ChoosePolicy
+from .._pure import ChoosePolicy
 from .._shape import ValueMesh
 from ._future import Future
 

@@ -46,7 +46,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .._core._envelope import error_from_payload, error_payload
+from .._core import error_from_payload, error_payload
 from .._exceptions import ActorDiedError, SupervisionError
 from .._hosts import ChildProcess, Runtime
 from ._actor import point_of
@@ -124,8 +124,19 @@ def report(state: MeshState, failure: Failure) -> None:
         return
     owner = state.owner
     runtime = Runtime.current()
+    if runtime is not None:
+        runtime.record_event(
+            "supervision",
+            mesh=failure.mesh,
+            rank=failure.ranks[0] if len(failure.ranks) == 1 else None,
+            message=str(failure.error),
+            failure=failure.kind,
+            ranks=list(failure.ranks),
+            actor=failure.actor,
+            cause=failure.cause,
+        )
     if owner is not None and runtime is not None:
-        if runtime.deliver_local(*owner, _Supervise(runtime, owner, failure)):
+        if runtime.hosting.deliver_local(*owner, _Supervise(runtime, owner, failure)):
             return
         # The owning actor is gone (its mesh stopped): its own owner hears of it.
         if _escalate(runtime, owner, failure, None):
@@ -209,7 +220,7 @@ def _escalate(
         failure,
     )
     payload = error_payload(error, mesh=mesh_id.rsplit("-", 1)[0], point={}, endpoint=_HOOK)
-    return runtime.escalate(mesh_id, rank, _HOOK, payload)
+    return runtime.hosting.escalate(mesh_id, rank, _HOOK, payload)
 
 
 class _Supervise:
@@ -262,7 +273,7 @@ class _Supervise:
         error = SupervisionError(
             f"did not handle a failure of mesh '{self.failure.mesh}' it owns", self.failure
         )
-        self.runtime.drop_actor(mesh_id, rank, error)
+        self.runtime.hosting.drop_actor(mesh_id, rank, error)
 
 
 def _on_failure_frame(mesh_id: str, rank: int, endpoint: str, payload: memoryview) -> None:

@@ -7,7 +7,10 @@
 - ``actormesh stacks [--mesh M] [--rank R]``: every selected rank's Python stacks,
   grouped where ranks share one (``_stacks``);
 - ``actormesh debug``: the ranks stopped at ``breakpoint()``, and a pdb prompt for each
-  (``_debug``).
+  (``_debug``);
+- ``actormesh log [JOB]``: a job's event log, after the run too (``_log``);
+- ``actormesh timeline [JOB] -o trace.json``: a running job's calls per rank as a
+  Chrome / Perfetto trace (``_timeline``).
 
 Jobs are found through the per-user registry (``actormesh._observe._registry``);
 ``--job PID`` picks one when several run.
@@ -19,7 +22,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _join
+from . import _join, _log, _timeline
 
 __all__ = ["main"]
 
@@ -55,10 +58,17 @@ def _parser() -> argparse.ArgumentParser:
     stacks.add_argument(
         "--rank", type=int, action="append", metavar="R", help="only rank R (repeatable)"
     )
+    stacks.add_argument(
+        "--native",
+        action="store_true",
+        help="C and Python frames of every thread, and the GIL's holder (py-spy)",
+    )
     debug.add_argument("--rank", type=int, metavar="R", help="attach to rank R when it stops")
     top.add_argument(
         "--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes"
     )
+    _log.add_command(commands)
+    _timeline.add_command(commands)
     return parser
 
 
@@ -67,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("worker", "host"):
         return _join.run(args)
+    if args.command == "log":
+        return _log.log(args)
     from ._client import JobError
 
     try:
@@ -82,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ._debug import debug
 
             return debug(args)
+        if args.command == "timeline":
+            return _timeline.timeline(args)
         if args.command == "top":
             from ._top import top
 

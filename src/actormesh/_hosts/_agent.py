@@ -34,35 +34,34 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from .._core import _envelope as env
-from .._core import dumps, loads
+from .._core import dumps, error_payload, headers, loads
 from .._transport import (
+    HANDSHAKE_TIMEOUT,
     AuthenticationError,
     Connection,
     Endpoint,
     Gatekeeper,
+    SegmentShare,
     TransportClosed,
+    accept_steps,
     bind_socket,
+    connect_steps,
     connect_tcp,
     connect_unix,
     format_tcp,
     is_abstract,
     is_tcp,
+    open_accept_steps,
+    open_connect_steps,
     parse_worker_address,
+    peer_is_trusted,
     route_source,
     run_blocking,
 )
-from .._transport._auth import (
-    accept_steps,
-    connect_steps,
-    open_accept_steps,
-    open_connect_steps,
-)
-from .._transport._tcp import HANDSHAKE_TIMEOUT
-from .._transport._unix import peer_is_trusted
 from ._agent_link import WorkerSpec
 from ._lifetime import serve
 from ._process import ChildProcess
+from ._reduction import Reduction
 from ._runtime import Runtime
 
 __all__ = ["Agent", "HostInfo", "dial_agent", "main", "serve_agent", "serve_agent_listening"]
@@ -81,12 +80,39 @@ class HostInfo:
 
 @dataclass
 class _Batch:
-    """The replies of one gathered ``CAST`` from this host's workers, sent as one frame."""
+    """The replies of one gathered ``CAST`` from this host's workers, sent as one frame
+    (with a ``reduction``, the values folded into one ``PARTIAL`` reply)."""
 
     upstream: Connection
     waiting: dict[str, int]  # worker address -> ranks still to answer there
+    reduction: Reduction | None = None
     replies: list[tuple[int, int, bool, int]] = field(default_factory=list)
     parts: list[Any] = field(default_factory=list)
+    # The replies folded so far, as they came: they go up so if the reduction breaks.
+    folded: list[tuple[int, list[Any]]] = field(default_factory=list)
+
+    def add(self, req_id: int, rank: int, ok: bool, parts: list[Any]) -> None:
+        """A worker's reply (``parts``: after its header)."""
+        if ok and self.reduction is not None and self.reduction.add(rank, parts):
+            self.folded.append((rank, parts))
+            return
+        self.replies.append((req_id, rank, ok, len(parts)))
+        self.parts.extend(parts)
+
+    def frame(self, req_id: int) -> list[Any] | None:
+        """The ``REPLIES`` frame of everything added (``None``: nothing was)."""
+        reduction = self.reduction
+        if reduction is not None and not reduction.broken and reduction.ranks:
+            partial = reduction.partial()
+            self.replies.append((req_id, headers.PARTIAL, True, len(partial)))
+            self.parts.extend(partial)
+        else:
+            for rank, parts in self.folded:
+                self.replies.append((req_id, rank, True, len(parts)))
+                self.parts.extend(parts)
+        if not self.replies:
+            return None
+        return [headers.encode(headers.Replies(self.replies)), *self.parts]
 
 
 class _OwnerStream(io.TextIOBase):
@@ -119,13 +145,14 @@ class Agent:
         # This host's workers listen where other hosts reach it (dual addresses).
         runtime.advertise = advertise
         runtime.owner_decides_restarts = True
+        runtime.event_source = "agent"  # an event log of this host's workers
         self._owner = runtime.parent
         # Workers by the address the owner knows them by (their TCP address).
         self._workers: dict[str, ChildProcess] = {}
         self._batches: dict[int, _Batch] = {}
-        runtime.frame_kinds[env.HOST] = self._host
-        runtime.frame_kinds[env.RELAY] = self._relay
-        runtime.frame_kinds[env.CAST] = self._cast
+        runtime.frame_kinds[headers.HOST] = self._host
+        runtime.frame_kinds[headers.RELAY] = self._relay
+        runtime.frame_kinds[headers.CAST] = self._cast
         runtime.forward_reply = self._reply_from_worker
         runtime.failure_handler = self._failure_from_worker
         runtime.exit_listeners.append(self._worker_exited)
@@ -136,7 +163,7 @@ class Agent:
     # -- the owner's requests ---------------------------------------------------------------
 
     def _host(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
-        _, req_id, op = header
+        req_id, op = headers.read(headers.HostOp, header)
         args = loads(parts[1], parts[2:])
         if op == "spawn":
             self.runtime.loop.create_task(self._answer(conn, req_id, self._spawn(*args)))
@@ -153,10 +180,10 @@ class Agent:
         try:
             value = await work
         except Exception as error:
-            payload = env.error_payload(error, mesh="host", point={}, endpoint="host")
-            reply = [env.encode_header((env.REPLY, req_id, -1, False)), payload]
+            payload = error_payload(error, mesh="host", point={}, endpoint="host")
+            reply = [headers.encode(headers.Reply(req_id, -1, False)), payload]
         else:
-            reply = [env.encode_header((env.REPLY, req_id, -1, True)), dumps(value)[0]]
+            reply = [headers.encode(headers.Reply(req_id, -1, True)), dumps(value)[0]]
         with contextlib.suppress(TransportClosed):
             conn.send(reply)
 
@@ -190,18 +217,22 @@ class Agent:
     # -- traffic ----------------------------------------------------------------------------
 
     def _relay(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
-        self._to_worker(header[1], parts[1:])
+        self._to_worker(headers.read(headers.Relay, header).address, parts[1:])
 
     def _cast(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
-        _, gather, targets = header
+        gather, targets, combine = headers.read(headers.Cast, header)
         shared = parts[1:]
         if gather:
             waiting = {address: len(ranks) for address, ranks, _ in targets}
-            self._batches[gather] = _Batch(conn, waiting)
+            reduction = Reduction(combine) if combine is not None else None
+            self._batches[gather] = _Batch(conn, waiting, reduction)
+        # Large shared parts go to this host's workers in one shared-memory copy, lent to
+        # each (as the owner does for the workers of its own host).
+        share = SegmentShare() if len(targets) > 1 else None
         for address, _, inner in targets:
-            self._to_worker(address, [inner, *shared])
+            self._to_worker(address, [inner, *shared], share)
 
-    def _to_worker(self, address: str, parts: list[Any]) -> None:
+    def _to_worker(self, address: str, parts: list[Any], share: SegmentShare | None = None) -> None:
         worker = self._workers.get(address)
         target = None if worker is None else self.runtime.known_connection(worker.listen_path)
         if target is None:
@@ -209,18 +240,16 @@ class Agent:
             log.debug("dropping a frame for %s: no such worker here now", address)
             return
         with contextlib.suppress(TransportClosed):
-            target.send(parts)
+            target.send(parts, share)
 
     def _reply_from_worker(self, conn: Connection, parts: list[memoryview]) -> None:
-        header = env.decode_header(parts[0])
-        req_id, rank, ok = header[1], header[2], header[3]
+        req_id, rank, ok = headers.read(headers.Reply, headers.decode(parts[0]))
         batch = self._batches.get(req_id)
         if batch is None:
             with contextlib.suppress(TransportClosed):
                 self._owner.send(parts)
             return
-        batch.replies.append((req_id, rank, ok, len(parts) - 1))
-        batch.parts.extend(parts[1:])
+        batch.add(req_id, rank, ok, parts[1:])
         address = self._address_of(conn)
         if address in batch.waiting:
             batch.waiting[address] -= 1
@@ -231,10 +260,10 @@ class Agent:
 
     def _flush(self, req_id: int) -> None:
         batch = self._batches.pop(req_id)
-        if batch.replies:
-            header = env.encode_header((env.REPLIES, batch.replies))
+        frame = batch.frame(req_id)
+        if frame is not None:
             with contextlib.suppress(TransportClosed):
-                batch.upstream.send([header, *batch.parts])
+                batch.upstream.send(frame)
 
     def _address_of(self, conn: Connection) -> str | None:
         for address, worker in self._workers.items():
@@ -243,7 +272,7 @@ class Agent:
         return None
 
     def _failure_from_worker(self, mesh_id: str, rank: int, endpoint: str, payload: Any) -> None:
-        header = env.encode_header((env.FAILURE, mesh_id, rank, endpoint))
+        header = headers.encode(headers.Failure(mesh_id, rank, endpoint))
         with contextlib.suppress(TransportClosed):
             self._owner.send([header, payload])
 
@@ -261,7 +290,7 @@ class Agent:
         self._event("output", "", {"stream": stream, "text": text})
 
     def _event(self, what: str, address: str, details: dict[str, Any]) -> None:
-        header = env.encode_header((env.EVENT, what, address))
+        header = headers.encode(headers.Event(what, address))
         with contextlib.suppress(TransportClosed):
             self._owner.send([header, dumps(details)[0]])
 

@@ -17,11 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core import _envelope as env
-from .._core import dumps, loads
+from .._core import dumps, error_from_payload, headers, loads
 from .._exceptions import ActorDiedError
-from .._transport import Connection, SegmentShare, TransportClosed
-from .._transport._frames import Buffer
+from .._transport import Buffer, Connection, SegmentShare, TransportClosed
 from ._process import ChildProcess, LaunchCommand
 from ._remote import RemoteProcess, Status
 
@@ -73,7 +71,7 @@ class RelayConnection(Connection):
         """
         if self._closed:
             raise TransportClosed(f"the worker at {self.peer} is gone")
-        self.link.conn.send([env.encode_header((env.RELAY, self.peer)), *parts])
+        self.link.conn.send([headers.encode(headers.Relay(self.peer)), *parts])
 
     def start(self) -> None:
         """Nothing to read: replies come on the agent's connection."""
@@ -141,7 +139,7 @@ class _HostRequest:
             if ok:
                 self.future.set_result(loads(parts[0], parts[1:]))
             else:
-                self.future.set_exception(env.error_from_payload(parts[0]))
+                self.future.set_exception(error_from_payload(parts[0]))
         return True
 
     def on_lost(self, conn: Any, reason: str) -> bool:
@@ -184,7 +182,7 @@ class AgentLink:
         req_id = self.runtime.register(request)
         payload, buffers = dumps(args)
         try:
-            self.conn.send([env.encode_header((env.HOST, req_id, op)), payload, *buffers])
+            self.conn.send([headers.encode(headers.HostOp(req_id, op)), payload, *buffers])
         except TransportClosed as error:
             self.runtime.forget(req_id)
             raise ActorDiedError(str(error), reason=str(error)) from None
@@ -219,18 +217,23 @@ class AgentLink:
     def _tell(self, op: str, *args: Any) -> None:
         payload, _ = dumps(args)
         with contextlib.suppress(TransportClosed):
-            self.conn.send([env.encode_header((env.HOST, 0, op)), payload])
+            self.conn.send([headers.encode(headers.HostOp(0, op)), payload])
 
     def relay(self, address: str) -> RelayConnection:
         """The way to the worker at ``address``."""
         return RelayConnection(self, address)
 
     def cast(
-        self, gather: int, targets: list[tuple[str, tuple[int, ...], bytes]], parts: list[Any]
+        self,
+        gather: int,
+        targets: list[tuple[str, tuple[int, ...], bytes]],
+        parts: list[Any],
+        combine: bytes | None = None,
     ) -> None:
         """One frame for several workers of this host: each gets its header and ``parts``;
-        a nonzero ``gather`` (a request id) has the agent send their replies as one."""
-        header = env.encode_header((env.CAST, gather, targets))
+        a nonzero ``gather`` (a request id) has the agent send their replies as one, with
+        their values folded by ``combine`` (a pickled function) if given."""
+        header = headers.encode(headers.Cast(gather, targets, combine))
         self.conn.send([header, *parts])
 
     # -- what the agent tells us ------------------------------------------------------------

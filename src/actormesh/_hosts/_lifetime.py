@@ -34,6 +34,7 @@ from typing import Any
 from .._config import Config
 from .._core import new_event_loop
 from .._transport import is_tcp
+from ._native_stacks import let_owner_trace
 from ._output import install_prefix_streams
 from ._reaper import OrphanReaper, become_subreaper, kill_tree
 from ._runtime import Runtime
@@ -144,6 +145,7 @@ def serve(
     parent = os.environ.get("ACTORMESH_PARENT_PID")
     if parent:
         _watch_parent(int(parent))
+        let_owner_trace(int(parent))  # py-spy from the owner (``stacks --native``)
     config = Config.from_env()
     if prefix_output and os.environ.get("ACTORMESH_OUTPUT") == "prefix":
         coords = os.environ.get("ACTORMESH_COORDS", "{}")
