@@ -198,6 +198,23 @@ WORKLOADS: tuple[Workload, ...] = (
         quick_limit_s=120,
     ),
     Workload(
+        "service_requests",
+        "Requests through a service of 3 replicas (one process each), 6 outstanding, each "
+        "2 ms of work: calls/s and p99 (queueing included), then again with one replica's "
+        "process SIGKILLed a third of the way through (actormesh's spawn_service rebuilds "
+        "it and resends the idempotent call; Ray's ActorPool over actors with "
+        "max_restarts and max_task_retries). Every request is checked answered once.",
+        (
+            Row("rps", "throughput", "calls/s", "higher"),
+            Row("p99_us", "p99", "µs", "lower"),
+            Row("rps_failure", "throughput, replica killed", "calls/s", "higher"),
+            Row("p99_failure_us", "p99, replica killed", "µs", "lower"),
+        ),
+        group="service",
+        limit_s=240,
+        quick_limit_s=150,
+    ),
+    Workload(
         "rpc_sync_rtt",
         "rpc_sync of a no-op function to another worker (torch.distributed.rpc API).",
         _latency(),

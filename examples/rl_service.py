@@ -15,11 +15,14 @@ With ``--kill-at STEP`` a rank of one replica is SIGKILLed while that step's rol
 in flight: the replica leaves rotation at once, its rollout in flight is sent again to a
 healthy replica (``rollout`` is idempotent: seeded by its prompt), its queued ones move,
 and the replica is rebuilt from new processes with a new gloo group and the current
-weights. The loop checks that every step got each of its prompts exactly once, each made
-by the current weights, and prints a summary.
+weights. With ``--hosts N`` the replicas run on a host mesh of N host agents (started on
+this machine, as ``host_mesh(N)`` does), one replica per host; ``--kill-agent-at STEP``
+then SIGKILLs the agent of another replica's host, which takes that replica with it, and
+the service rebuilds it on a host that is left. The loop checks that every step got each
+of its prompts exactly once, each made by the current weights, and prints a summary.
 
 Run it with ``python examples/rl_service.py`` (``--steps N``, ``--rollouts N``,
-``--kill-at STEP``).
+``--kill-at STEP``, ``--hosts 4 --kill-agent-at STEP``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any
 
 import torch
 
-from actormesh import Actor, Answer, actor_mesh, endpoint, spawn_service
+from actormesh import Actor, Answer, actor_mesh, endpoint, host_mesh, spawn_service
 from actormesh.torch import setup_process_group, sync_weights, weights_version
 
 VOCAB = 8
@@ -116,9 +119,23 @@ def kill_a_rank(generators: Any) -> dict[str, Any]:
             "queued": busiest.queued}  # fmt: skip
 
 
-def main(steps: int, rollouts: int, kill_at: int | None) -> dict[str, Any]:
+def kill_a_host(generators: Any, spare: int | None) -> dict[str, Any]:
+    """SIGKILL the host agent of a serving replica other than ``spare`` (the agent is the
+    parent of the replica's processes)."""
+    serving = [s for s in generators.stats() if s.state == "serving" and s.replica != spare]
+    victim = serving[-1]
+    with open(f"/proc/{victim.pids[0]}/stat") as stat:
+        agent = int(stat.read().rsplit(")", 1)[1].split()[1])
+    os.kill(agent, signal.SIGKILL)
+    return {"replica": victim.replica, "agent": agent}
+
+
+def main(
+    steps: int, rollouts: int, kill_at: int | None, hosts: int, kill_agent_at: int | None
+) -> dict[str, Any]:
     env = {"OMP_NUM_THREADS": "1"}
     trainers = actor_mesh(Trainer, shape=1, name="learner", env=env).get()
+    agents = host_mesh(hosts).get() if hosts else None
 
     def load(actors: Any, version: int) -> Any:
         # Straight from the trainer's process to every rank of the replica.
@@ -126,9 +143,11 @@ def main(steps: int, rollouts: int, kill_at: int | None) -> dict[str, Any]:
 
     generators = spawn_service(
         "gen", Generator, replicas=3, per_replica={"tp": 2}, env=env,
-        setup=[setup_process_group], load_weights=load, refit="pause",
+        setup=[setup_process_group], load_weights=load, refit="pause", hosts=agents,
     ).get()  # fmt: skip
-    summary: dict[str, Any] = {"steps": 0, "rollouts": 0, "retried": 0, "killed": None}
+    summary: dict[str, Any] = {
+        "steps": 0, "rollouts": 0, "retried": 0, "killed": None, "host_killed": None,
+    }  # fmt: skip
     with trainers, generators:
         for step in range(steps):
             started = time.perf_counter()
@@ -136,6 +155,9 @@ def main(steps: int, rollouts: int, kill_at: int | None) -> dict[str, Any]:
             futures = [generators.rollout.answer(p) for p in prompts]
             if step == kill_at:
                 summary["killed"] = kill_a_rank(generators)
+            if step == kill_agent_at:
+                killed = summary["killed"]["replica"] if summary["killed"] else None
+                summary["host_killed"] = kill_a_host(generators, killed)
             answers: list[Answer[dict[str, Any]]] = [f.get() for f in futures]
             # Each prompt exactly once, each made by this step's weights.
             counted = Counter(a.value["prompt"] for a in answers)
@@ -163,6 +185,8 @@ def main(steps: int, rollouts: int, kill_at: int | None) -> dict[str, Any]:
         check = [generators.rollout.answer(10_000 + i).get() for i in range(6)]
         summary["final_versions"] = sorted({(a.version, a.value["version"]) for a in check})
         summary["final_replicas"] = sorted({a.replica for a in check})
+    if agents is not None:
+        agents.shutdown().get()
     print("summary " + json.dumps(summary))
     return summary
 
@@ -172,5 +196,9 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rollouts", type=int, default=24, help="per step")
     parser.add_argument("--kill-at", type=int, default=None, help="SIGKILL a rank at this step")
+    parser.add_argument("--hosts", type=int, default=0, help="replicas on N host agents")
+    parser.add_argument("--kill-agent-at", type=int, default=None, help="SIGKILL a host agent")
     options = parser.parse_args()
-    main(options.steps, options.rollouts, options.kill_at)
+    if options.kill_agent_at is not None and options.hosts < 4:
+        parser.error("--kill-agent-at needs --hosts 4 or more (a host to rebuild on)")
+    main(options.steps, options.rollouts, options.kill_at, options.hosts, options.kill_agent_at)

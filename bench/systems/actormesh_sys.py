@@ -15,6 +15,7 @@ import importlib
 from typing import Any
 
 from actormesh import Actor, endpoint, proc_mesh
+from bench import services
 from bench.catalog import CHOOSE_POLICIES
 from bench.systems._meshlike import ActorMeshes, MeshLikeSystem, echo_class
 from bench.systems._rpclike import RpcWorld, rpc_workloads
@@ -106,6 +107,7 @@ class ActormeshSystem(MeshLikeSystem):
         return {
             **rpc_workloads(self._rpc),
             "choose_skewed": _choose_skewed,
+            "service_requests": services.actormesh_service,
             "weight_sync_100m": _weight_sync(100 * 10**6),
             "weight_sync_1g": _weight_sync(10**9),
         }

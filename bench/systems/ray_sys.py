@@ -17,7 +17,7 @@ from typing import Any
 
 import ray
 
-from bench import payload
+from bench import payload, services
 from bench.systems.base import Mesh, Metrics, System, WorkloadFn
 from bench.workloads import (
     SKEW_BASE_MS,
@@ -121,6 +121,7 @@ class RaySystem(System):
     def overrides(self) -> dict[str, WorkloadFn]:
         return {
             "choose_skewed": _choose_random,
+            "service_requests": services.ray_actor_pool,
             "weight_sync_100m": _weight_sync(100 * 10**6),
             "weight_sync_1g": _weight_sync(10**9),
         }

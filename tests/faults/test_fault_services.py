@@ -24,7 +24,8 @@ _ACTORS = str(Path(__file__).resolve().parents[1] / "services")
 sys.path.insert(0, _ACTORS)
 os.environ["PYTHONPATH"] = os.pathsep.join((_ACTORS, os.environ.get("PYTHONPATH", "")))
 
-from service_actors import Replicated  # noqa: E402
+from service_actors import FailsOnceMarked, Replicated, Unbuildable  # noqa: E402
+from service_support import run_rl_service  # noqa: E402
 
 
 class Lowest:
@@ -54,11 +55,15 @@ def _gone(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
 
 
+def _load(actors: Any, version: int) -> Any:
+    return actors.load.call(version)
+
+
 def test_a_rank_death_fails_the_call_in_flight_naming_the_replica_and_rebuilds_it_whole(
     failures: list[actormesh.Failure],
 ) -> None:
     with spawn_service("unit", Replicated, replicas=2, per_replica={"tp": 2},
-                       router=Lowest()).get() as svc:  # fmt: skip
+                       router=Lowest(), load_weights=_load, version=7).get() as svc:  # fmt: skip
         old = _pids(svc, 0)
         held = svc.hold.answer("x")  # not idempotent: may not run twice
         _kill_rank(svc, 0, rank=1)
@@ -72,9 +77,10 @@ def test_a_rank_death_fails_the_call_in_flight_naming_the_replica_and_rebuilds_i
         new = list(stats[0].pids)
         assert len(new) == 2 and not set(new) & set(old)
         assert all(_gone(pid) for pid in old)  # the surviving rank was killed too
-        # The rebuilt replica is fresh (new actors) and serves.
+        # The rebuilt replica is fresh (new actors), loaded the weights, and serves.
         assert svc.replica_actors(0).history.call().get().values() == [[], []]
-        assert svc.who.answer(1).get().replica == 0
+        answer = svc.who.answer(1).get()
+        assert (answer.replica, answer.version, answer.value["version"]) == (0, 7, 7)
     assert failures == []  # a rebuild within budget does not bother the controller
 
 
@@ -165,3 +171,75 @@ def test_a_replica_rebuilt_during_a_refit_comes_back_with_the_new_version(
         answers = [svc.who.answer(i).get() for i in range(4)]
         assert {(a.version, a.value["version"]) for a in answers} == {(1, 1)}
     assert failures == []
+
+
+def test_the_rl_service_example_loses_no_rollout_when_a_rank_and_a_host_die_mid_rollout() -> None:
+    # Killed in the last step: no later refit can mask a rebuild that missed the weights.
+    # The replicas run on 4 host agents (one spare); one replica loses a rank, another
+    # its whole host.
+    args = ["--steps", "4", "--hosts", "4", "--kill-at", "3", "--kill-agent-at", "3"]
+    _, summary, _ = run_rl_service(*args)
+    # The example itself checks every step: each prompt answered exactly once, by the
+    # step's weights. Here: every step finished, the rollouts in flight on the broken
+    # replicas were sent again, and the rebuilt replicas serve the current weights.
+    assert summary["steps"] == 4 and summary["rollouts"] == 96
+    killed, host_killed = summary["killed"], summary["host_killed"]
+    assert killed["in_flight"] == 1 and summary["retried"] >= 1
+    assert killed["replica"] != host_killed["replica"]
+    restarts = summary["restarts"]
+    assert restarts[killed["replica"]] == restarts[host_killed["replica"]] == 1
+    assert sum(restarts) == 2
+    assert summary["states"] == ["serving"] * 3 and summary["versions"] == [4, 4, 4]
+    assert summary["final_versions"] == [[4, 4]] and summary["final_replicas"] == [0, 1, 2]
+
+
+def test_an_idempotent_call_is_sent_at_most_max_attempts_times() -> None:
+    with spawn_service("bounded", Replicated, replicas=2, per_replica={"tp": 2},
+                       router=Lowest(), max_attempts=2).get() as svc:  # fmt: skip
+        everywhere = _pids(svc, 0) + _pids(svc, 1)  # the call blocks on either replica
+        held = svc.hold_in.answer("z", everywhere)
+        _kill_rank(svc, 0)
+        svc.replica_actors(1).wait_for_call.call().get()  # resent to replica 1
+        svc.wait_serving(0).get()  # and replica 0 rebuilt: it could take the call now
+        assert [(s.replica, s.in_flight) for s in svc.stats()] == [(0, 0), (1, 1)]
+        _kill_rank(svc, 1)
+        with pytest.raises(ReplicaFailedError, match=r"sent 2 times \(max_attempts=2\)"):
+            held.get()
+
+
+def test_an_error_raised_because_a_peer_rank_died_counts_as_the_replica_failing() -> None:
+    # Rank 0 raises as soon as rank 1 is gone (as a collective does), which may reach the
+    # controller before the death itself: the service must still see a broken replica.
+    with spawn_service("peer", Replicated, replicas=2, per_replica={"tp": 2},
+                       router=Lowest()).get() as svc:  # fmt: skip
+        peer = _pids(svc, 0)[1]
+        pending = svc.fail_when_gone.answer(peer)
+        _kill_rank(svc, 0, rank=1)
+        with pytest.raises(ReplicaFailedError, match="replica 0"):
+            pending.get()
+        svc.wait_serving().get()
+        assert [s.restarts for s in svc.stats()] == [1, 0]
+
+
+def test_a_service_whose_actors_cannot_be_built_fails_to_start_and_leaves_nothing() -> None:
+    with pytest.raises(actormesh.ActorInitError, match="cannot build rank 1"):
+        spawn_service("broken", Unbuildable, replicas=2, per_replica={"tp": 2}).get()
+    # (the leak check fails the test if a replica's processes were left running)
+
+
+def test_a_rebuild_that_fails_is_tried_again_within_the_budget(
+    tmp_path: Path, failures: list[actormesh.Failure]
+) -> None:
+    marker = tmp_path / "fail-once"
+    with spawn_service("retry-build", FailsOnceMarked, replicas=1, per_replica={"tp": 2},
+                       kwargs={"marker": str(marker)}, max_restarts=3).get() as svc:  # fmt: skip
+        marker.touch()  # the next build fails once
+        held = svc.hold.answer("x")
+        _kill_rank(svc, 0)
+        with pytest.raises(ReplicaFailedError):
+            held.get()
+        svc.wait_serving().get()
+        assert not marker.exists()  # the first rebuild did fail
+        assert [(s.state, s.restarts) for s in svc.stats()] == [("serving", 2)]
+        assert svc.who.route(1).get()["x"] == 1
+    assert failures == []  # neither the death nor the failed __init__ bothered anyone

@@ -33,6 +33,8 @@ def test_every_example_is_run_by_a_test_and_by_the_demo() -> None:
     tested |= {"actor_group.py", "weight_sync.py", "rl_loop.py"}
     # The rpc examples are run by tests/rpc/test_rpc_examples.py.
     tested |= {"rpc_reinforce.py", "rpc_parameter_server_rnn.py"}
+    # The service example is run by tests/services and tests/faults (a replica killed).
+    tested |= {"rl_service.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
     demo = (REPO / "scripts" / "demo").read_text()
     listed = re.search(r"EXAMPLES=\((.*?)\)", demo, re.S)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import select
 import threading
 from typing import Any
 
@@ -17,6 +19,7 @@ class Replicated(Actor):
         self.version = -1
         self.seen: list[Any] = []
         self.release = threading.Event()
+        self.arrived = threading.Event()  # a holding call is running here
 
     def _me(self, x: Any) -> dict[str, Any]:
         return {"rank": current_rank().rank, "pid": os.getpid(), "x": x, "version": self.version}
@@ -54,10 +57,17 @@ class Replicated(Actor):
     def hold_in(self, x: Any, pids: list[int]) -> dict[str, Any]:
         """Idempotent; blocks (as `hold`) only in the processes ``pids``."""
         self.seen.append(x)
+        self.arrived.set()
         if os.getpid() in pids:
             self.release.wait(120)
             self.release.clear()
         return self._me(x)
+
+    @endpoint(concurrent=True)
+    async def wait_for_call(self) -> None:
+        """Returns once a `hold_in` call has reached this actor (concurrent: it runs
+        beside the call, which may be blocked)."""
+        await asyncio.to_thread(self.arrived.wait, 120)
 
     @endpoint(concurrent=True)
     async def let_go(self) -> None:
@@ -76,9 +86,48 @@ class Replicated(Actor):
         return {"sum": float(total.item()), "world": dist.get_world_size(), "rank": rank}
 
     @endpoint
+    def fail_when_gone(self, pid: int) -> None:
+        """Raises once process ``pid`` (a peer of this replica) is gone, as a collective
+        with a dead peer does; waits on its pidfd, so no polling."""
+        if os.getpid() == pid:
+            self.release.wait(120)  # the peer itself: blocked until it is killed
+            return
+        fd = os.pidfd_open(pid)
+        try:
+            select.select([fd], [], [], 120)
+        finally:
+            os.close(fd)
+        raise RuntimeError(f"peer {pid} is gone")
+
+    @endpoint
     def pid(self) -> int:
         return os.getpid()
 
     @endpoint
     def boom(self) -> None:
         raise ValueError("boom")
+
+
+class FailsOnceMarked(Replicated):
+    """Its ``__init__`` raises (once) while the file ``marker`` exists: a rebuild that
+    fails the first time."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        try:
+            os.remove(marker)
+        except FileNotFoundError:
+            return
+        raise RuntimeError("marked to fail once")
+
+
+class Unbuildable(Actor):
+    """Its ``__init__`` raises on rank 1 of a replica."""
+
+    def __init__(self) -> None:
+        if current_rank().rank == 1:
+            raise ValueError("cannot build rank 1")
+
+    @endpoint
+    def ping(self) -> None:
+        pass

@@ -144,3 +144,10 @@ def test_service_errors_pickle_with_their_fields() -> None:
     assert (back.service, back.replica, back.reason) == ("gen", 2, "SIGKILL")
     unavailable = pickle.loads(pickle.dumps(actormesh.ServiceUnavailableError("none")))
     assert isinstance(unavailable, RuntimeError) and str(unavailable) == "none"
+
+
+def test_a_service_handle_refuses_to_travel(service: Service) -> None:
+    import pickle
+
+    with pytest.raises(TypeError, match="cannot be sent to another process"):
+        pickle.dumps(service)

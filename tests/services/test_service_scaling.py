@@ -72,3 +72,15 @@ def test_a_replica_coming_into_service_takes_a_share_of_the_calls_waiting() -> N
         answers = [w.get() for w in waiting]
         assert sorted(a.value["x"] for a in answers) == [0, 1, 2, 3]
         assert {a.replica for a in answers} >= {1}
+
+
+def test_a_cancelled_call_leaves_the_queue_unsent() -> None:
+    with spawn_service("cancel", Replicated, replicas=1, per_replica={"tp": 2}).get() as svc:
+        held = svc.hold.answer("held")
+        dropped = svc.who.answer("dropped")
+        kept = svc.who.answer("kept")
+        assert dropped.cancel()
+        assert [s.queued for s in svc.stats()] == [1]  # only "kept" still waits
+        svc.replica_actors(0).let_go.call().get()
+        assert held.get().value["x"] == "held" and kept.get().value["x"] == "kept"
+        assert svc.replica_actors(0).history.call().get().values() == [["held", "kept"]] * 2

@@ -22,6 +22,7 @@ from .._shape import ValueMesh
 from . import _supervision
 from ._actor import Actor, endpoint_table
 from ._future import Future, from_concurrent
+from ._host_mesh import HostMesh
 from ._service_call import RefitPolicy, ServiceCall, ServiceSettings
 from ._service_core import ServiceCore
 from ._service_values import Answer, ReplicaStats
@@ -51,6 +52,7 @@ def spawn_service(
     retry_backoff: float = 0.05,
     reduce: Callable[[ValueMesh[Any]], Any] | None = None,
     env: Mapping[str, str] | None = None,
+    hosts: HostMesh | None = None,
 ) -> Future[Service]:
     """Start a service of ``replicas`` replicas, each a mesh of ``per_replica`` processes
     with one ``actor_class(*args, **kwargs)`` in each.
@@ -82,16 +84,22 @@ def spawn_service(
             failure hook.
         max_attempts: sends of one call of an idempotent endpoint
             (``@endpoint(idempotent=True)``) when replicas fail under it.
-        retry_backoff: seconds before the first resend; doubled for each further one.
+        retry_backoff: seconds before the second resend of a call (the first goes at
+            once, to another replica); doubled for each further one.
         reduce: the replica's answer from every rank's (a ``ValueMesh``); by default
             rank 0's value.
         env: extra environment variables for every process.
+        hosts: where replicas run: each replica's processes on one host of this host
+            mesh (whose agent is alive, with the fewest replicas), so a replica whose
+            host is lost is rebuilt on another; by default, this host.
 
     Raises:
         TypeError, ValueError: at the call site, for a bad argument.
     """
     _check_arguments(name, actor_class, replicas, max_in_flight, max_restarts, restart_window,
                      max_attempts, retry_backoff, refit)  # fmt: skip
+    if hosts is not None and not isinstance(hosts, HostMesh):
+        raise TypeError(f"hosts must be a HostMesh, not {hosts!r}")
     dims = {"procs": per_replica} if isinstance(per_replica, int) else dict(per_replica)
     if not dims or any(not isinstance(n, int) or n < 1 for n in dims.values()):
         raise ValueError(f"per_replica must give positive sizes, not {per_replica!r}")
@@ -110,6 +118,7 @@ def spawn_service(
         load_weights=load_weights,
         reduce=reduce,
         env=env,
+        hosts=hosts,
         args=tuple(args),
         kwargs=dict(kwargs or {}),
     )
@@ -280,6 +289,13 @@ class Service:
 
         return runtime.submit(run()).result()
 
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"service '{self.name}' cannot be sent to another process: its routing, queues "
+            "and restarts live in the process that made it (call it from there, or send "
+            "service.replica_actors(i), an ordinary actor mesh)"
+        )
+
     async def __aenter__(self) -> Service:
         return self
 
@@ -308,7 +324,10 @@ class ServiceEndpoint(Generic[R]):
         self._session = session
 
     def route(self, *args: Any, **kwargs: Any) -> Future[R]:
-        """Call the endpoint on one replica (every rank of it); the replica's answer."""
+        """Call the endpoint on one replica (every rank of it); the replica's answer.
+
+        ``future.cancel()`` drops a call that was not sent yet; one already running on a
+        replica runs to its end there, and its answer is dropped."""
         return self._call(args, kwargs, answer=False)
 
     def answer(self, *args: Any, **kwargs: Any) -> Future[Answer[R]]:
@@ -320,10 +339,13 @@ class ServiceEndpoint(Generic[R]):
         if arity is not None:
             arity.check(self._name, args, kwargs)  # a bad call fails here, not on a replica
         core = self._core
-        future: Future[Any] = Future._new(core.runtime.in_loop_thread)
+        runtime = core.runtime
+        future: Future[Any] = Future._new(
+            runtime.in_loop_thread, on_cancel=lambda: runtime.call_soon(core.cancel, call)
+        )
         call = ServiceCall(self._name, args, kwargs, self._options.idempotent, self._session,
                            future, answer)  # fmt: skip
-        core.runtime.call_soon(core.submit, call)
+        runtime.call_soon(core.submit, call)
         return future
 
 

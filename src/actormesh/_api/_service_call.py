@@ -42,6 +42,7 @@ class ServiceSettings:
     load_weights: Callable[[Any, int], Any] | None = None
     reduce: Callable[[ValueMesh[Any]], Any] | None = None
     env: Mapping[str, str] | None = None
+    hosts: Any = None
     rate_window: float = 10.0
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)

@@ -13,8 +13,8 @@ Where a call can be, and what moves it:
   rotation for a rolling refit, its queued calls are routed again (nothing was sent, so
   this cannot run anything twice).
 - a replica's ``in_flight``: sent. When the replica fails, a call of an idempotent
-  endpoint is routed again after a backoff, up to ``max_attempts`` sends; any other fails
-  with `ReplicaFailedError` naming the replica.
+  endpoint is routed again (at once the first time, then after a doubling backoff), up to
+  ``max_attempts`` sends; any other fails with `ReplicaFailedError` naming the replica.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections import deque
+from collections import Counter, deque
 from typing import Any
 
 from .._exceptions import (
@@ -33,7 +33,7 @@ from .._exceptions import (
     SupervisionError,
 )
 from .._hosts import Runtime
-from .._shape import ValueMesh
+from .._shape import Shape, ValueMesh
 from ._future import Future
 from ._mesh_state import Failure, MeshState, state_of
 from ._service_call import RefitPolicy, ServiceCall, ServiceSettings
@@ -48,6 +48,7 @@ log = logging.getLogger("actormesh.service")
 # Errors of a call that say its replica is broken, not that the endpoint raised.
 _BROKEN = (ActorDiedError, MeshStoppedError, SupervisionError)
 _COMING_BACK = ("starting", "restarting", "refitting")
+_PLACED = ("starting", "serving", "refitting", "restarting", "draining")
 
 
 class ServiceCore:
@@ -92,7 +93,8 @@ class ServiceCore:
         return replica
 
     async def _build(self, replica: Replica) -> None:
-        await replica.build(self.name, self.actor_class, self._replica_failed, self._version)
+        host = self._place(replica)
+        await replica.build(self.name, self.actor_class, self._replica_failed, self._version, host)
         if replica.state not in ("starting", "restarting") or self.stopped:
             await replica.kill("the service was stopped or scaled down")
             return
@@ -106,6 +108,22 @@ class ServiceCore:
 
     def _stopped_error(self) -> ServiceUnavailableError:
         return ServiceUnavailableError(f"service '{self.name}' was stopped")
+
+    def _place(self, replica: Replica) -> Any:
+        """The host for ``replica``'s processes: of the service's hosts whose agent is
+        alive, one with the fewest replicas (``None``: this host, without a host mesh)."""
+        hosts = self.settings.hosts
+        if hosts is None:
+            return None
+        links = hosts._hosts.links
+        live = [h for h in hosts._shape.ranks if links[h] is None or links[h].lost_reason is None]
+        if not live:
+            raise ServiceUnavailableError(f"service '{self.name}': every host it may use is gone")
+        used = Counter(
+            r.host for r in self.replicas.values() if r is not replica and r.state in _PLACED
+        )
+        replica.host = min(live, key=lambda h: (used[h], h))
+        return hosts._with_shape(Shape((), (), (replica.host,)))
 
     def _version(self) -> int:
         return self.version
@@ -122,6 +140,14 @@ class ServiceCore:
         self._submitted += 1
         call.seq = self._submitted
         self._route(call)
+
+    def cancel(self, call: ServiceCall) -> None:
+        """The caller gave ``call`` up: drop it wherever it waits unsent."""
+        replica = call.replica
+        if replica is not None and call in replica.queue:
+            replica.queue.remove(call)
+        elif call in self.pending:
+            self.pending.remove(call)
 
     def _route(self, call: ServiceCall) -> None:
         call.replica = None
@@ -148,7 +174,7 @@ class ServiceCore:
             if call.session is not None:
                 self.sessions[call.session] = target.index
         call.replica = target
-        target.queue.append(call)
+        _enqueue(target.queue, call)
         self._pump(target)
 
     def _sticky(self, call: ServiceCall) -> Replica | None:
@@ -309,8 +335,13 @@ class ServiceCore:
         call.replica = None
         settings = self.settings
         if call.idempotent and call.attempts < settings.max_attempts:
-            delay = settings.retry_backoff * 2 ** (call.attempts - 1)
-            self.runtime.loop.call_later(delay, self._route, call)
+            # The first resend goes at once (it goes to another replica: this one is out
+            # of rotation); further ones back off, doubling, as failures then cascade.
+            if call.attempts == 1:
+                self._route(call)
+            else:
+                delay = settings.retry_backoff * 2 ** (call.attempts - 2)
+                self.runtime.loop.call_later(delay, self._route, call)
             return
         if call.idempotent:
             why = f"it was sent {call.attempts} times (max_attempts={settings.max_attempts})"
@@ -532,3 +563,13 @@ class ServiceCore:
         task = self.runtime.loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _enqueue(queue: deque[ServiceCall], call: ServiceCall) -> None:
+    """Put ``call`` in ``queue`` in arrival order: a call moved or resent from a failed
+    replica goes before the newer calls already waiting, not behind them."""
+    if not queue or queue[-1].seq < call.seq:
+        queue.append(call)
+        return
+    position = next(i for i, waiting in enumerate(queue) if waiting.seq > call.seq)
+    queue.insert(position, call)

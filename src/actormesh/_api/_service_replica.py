@@ -10,6 +10,7 @@ not the controller's failure hook. Every method runs on the runtime's loop threa
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import signal
 import time
@@ -60,6 +61,7 @@ class Replica:
         self.procs: ProcMesh | None = None
         self.actors: Any = None
         self.version: int | None = None
+        self.host: int | None = None  # the rank of its host in the service's host mesh
         self.queue: deque[ServiceCall] = deque()
         self.in_flight: set[ServiceCall] = set()
         self.completed = 0
@@ -161,18 +163,26 @@ class Replica:
         actor_class: type,
         on_death: Callable[[Replica, str], None],
         current_version: Callable[[], int],
+        host: Any = None,
     ) -> None:
-        """Start the processes, spawn the actors, run the setup hooks, then load weights
-        until the replica holds the service's current version (a refit may move it on
-        while this one loads)."""
+        """Start the processes (on ``host``, a one-host ``HostMesh``, or on this host),
+        spawn the actors, run the setup hooks, then load weights until the replica holds
+        the service's current version (a refit may move it on while this one loads)."""
         settings = self.settings
-        procs: ProcMesh = await proc_mesh(
-            dict(settings.per_replica), name=f"{name}.{self.index}", env=settings.env
-        )
+        self.version = None  # new actors hold no weights, whatever the last ones held
+        label, dims = f"{name}.{self.index}", dict(settings.per_replica)
+        procs: ProcMesh
+        if host is None:
+            procs = await proc_mesh(dims, name=label, env=settings.env)
+        else:
+            # spawn_procs blocks until the processes are up, which this loop does: wait
+            # for it on another thread.
+            spawn = functools.partial(host.spawn_procs, dims, name=label, env=settings.env)
+            procs = await asyncio.get_running_loop().run_in_executor(None, spawn)
         self.procs = procs
         for child in procs._processes.children:
             _supervision.claim(child.listen_path, self._death_handler(on_death))
-        actors: Any = procs.spawn(name, actor_class, *settings.args, **settings.kwargs)
+        actors: Any = procs.spawn(label, actor_class, *settings.args, **settings.kwargs)
         await actors.initialized
         self.actors = actors
         for setup in settings.setup:

@@ -73,7 +73,8 @@ _hook: Callable[[Failure], None] | None = None
 _installed: set[int] = set()
 # Socket paths whose deaths their owner handles itself (a service rebuilding a replica as
 # a unit): the ranks there are still recorded dead, but the handler hears of it instead
-# of the mesh's owner, as a restart within its budget does not bother the owner.
+# of the mesh's owner, as a restart within its budget does not bother the owner. An
+# ``__init__`` that raises there is left to the claimant too (its spawn raises it).
 _CLAIMED: dict[str, Callable[[ChildProcess, str], None]] = {}
 
 
@@ -116,6 +117,11 @@ def adopt(state: MeshState) -> None:
 
 def report(state: MeshState, failure: Failure) -> None:
     """Hand ``failure`` of ``state``'s mesh to its owner (loop thread)."""
+    if failure.kind == "init" and all(state.paths[r] in _CLAIMED for r in failure.ranks):
+        # Processes whose deaths someone claimed: that someone spawned there and gets the
+        # ActorInitError from the spawn itself (a service rebuilding a replica retries).
+        log.info("init failure of mesh '%s' left to its claimant", failure.mesh)
+        return
     owner = state.owner
     runtime = Runtime.current()
     if runtime is not None:
