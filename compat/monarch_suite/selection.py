@@ -128,19 +128,15 @@ MAPPED_MODULES: dict[str, str] = {
 # Monarch 0.7.0 (``monarch._src.actor.host_mesh.this_host is monarch.actor.this_host``,
 # checked with torchmonarch 0.7.0): they map to actormesh's public name. BootstrapCommand
 # is not in monarch.actor, but it is the class of what its default_bootstrap_cmd() returns,
-# and actormesh.actor has it. SupervisionError is not in monarch.actor either: it is the
-# class of what Monarch raises when a call reaches a mesh whose actors failed, which users
-# catch by that path; it maps to actormesh.SupervisionError, what actormesh raises then.
+# and actormesh.actor has it. (SupervisionError, what Monarch raises when a call reaches a
+# mesh whose actors failed, is not mapped: actormesh raises ActorDiedError or
+# MeshStoppedError there; docs/from-monarch.md gives what mapping it would measure.)
 ALIASES: dict[tuple[str, str], str] = {
     ("monarch._rust_bindings.monarch_hyperactor.channel", "ChannelTransport"): "ChannelTransport",
     ("monarch._rust_bindings.monarch_hyperactor.host_mesh", "BootstrapCommand"): "BootstrapCommand",
     ("monarch._rust_bindings.monarch_hyperactor.proc", "ProcId"): "ProcId",
     ("monarch._rust_bindings.monarch_hyperactor.proc", "Uid"): "Uid",
     ("monarch._rust_bindings.monarch_hyperactor.supervision", "MeshFailure"): "MeshFailure",
-    (
-        "monarch._rust_bindings.monarch_hyperactor.supervision",
-        "SupervisionError",
-    ): "SupervisionError",
     ("monarch._src.actor.actor_mesh", "Actor"): "Actor",
     ("monarch._src.actor.actor_mesh", "ActorError"): "ActorError",
     ("monarch._src.actor.actor_mesh", "Channel"): "Channel",
