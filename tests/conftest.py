@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -167,3 +168,18 @@ def _keep_breakpoint_setting() -> Iterator[None]:
         os.environ.pop("PYTHONBREAKPOINT", None)
     else:
         os.environ["PYTHONBREAKPOINT"] = before
+
+
+@pytest.fixture
+def failures() -> Iterator[list[Any]]:
+    """Collects the failures that reach the controller (``actormesh.Failure``) instead of
+    printing them; the default hook is back afterwards. (The multi-host tests have their
+    own, which record more.)"""
+    import actormesh
+
+    seen: list[Any] = []
+    actormesh.set_failure_hook(seen.append)
+    try:
+        yield seen
+    finally:
+        actormesh.set_failure_hook(None)

@@ -28,7 +28,6 @@ from typing import Any
 import pytest
 from faults_support import TAG, ProcessWatch, open_fds, shm_segments, socket_files
 
-import actormesh
 from actormesh._hosts import Runtime
 from actormesh._observe import observer
 
@@ -61,17 +60,6 @@ def figures(request: pytest.FixtureRequest) -> Figures:
     found = Figures()
     _RESULTS.setdefault(request.node.nodeid, {})["figures"] = found.values
     return found
-
-
-@pytest.fixture
-def failures() -> Iterator[list[actormesh.Failure]]:
-    """Collects the failures that reach the controller instead of printing them."""
-    collected: list[actormesh.Failure] = []
-    actormesh.set_failure_hook(collected.append)
-    try:
-        yield collected
-    finally:
-        actormesh.set_failure_hook(None)
 
 
 @pytest.fixture(autouse=True)

@@ -433,12 +433,16 @@ class _Gather(_Request):
         if self.deaths:
             self._fail_with_deaths()
             return
-        shape = self.mesh._shape
-        result = ValueMesh(shape, [self.values[rank] for rank in shape.ranks])
         try:
-            self.future._set_result(self.transform(result) if self.transform else result)
+            self.future._set_result(self._result())
         except Exception as error:
             self.future._set_exception(error)
+
+    def _result(self) -> Any:
+        """The call's value, once every rank answered."""
+        shape = self.mesh._shape
+        result = ValueMesh(shape, [self.values[rank] for rank in shape.ranks])
+        return self.transform(result) if self.transform else result
 
 
 class _Reduce(_Gather):
@@ -480,13 +484,8 @@ class _Reduce(_Gather):
             self.future._set_exception(error)
         self.folded += 1
 
-    def _complete(self) -> None:
-        if self.future.done():
-            return
-        if self.deaths:
-            self._fail_with_deaths()
-            return
-        self.future._set_result(self.value)
+    def _result(self) -> Any:
+        return self.value
 
 
 class _One(_Request):
