@@ -15,7 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .._core import dumps_arguments, loads
+from .._core import _otel, dumps_arguments, loads
 from .._core._envelope import CALL, CANCEL, raised_error
 from .._core._limits import check_message_size
 from .._exceptions import (
@@ -69,6 +69,7 @@ class _Request:
         self.route = route if route is not None and route.begin() else None
         # Kept for re-sending when the endpoint is idempotent and its process restarts.
         self.resend: dict[str, list[Any]] | None = None
+        self.span: Any = None  # its OpenTelemetry span (``_otel``), when tracing is on
         options = self.ref.endpoints.get(endpoint)
         if options is not None and options.idempotent:
             self.resend = {}
@@ -85,6 +86,9 @@ class _Request:
         a process being restarted wait for the new process (unless ``hold`` is False).
         """
         runtime, unreachable, ready, held = self.runtime, [], [], []
+        if _otel.ACTIVE and self.span is None:
+            done = getattr(self, "future", None)
+            self.span = _otel.call_started(self.ref.name, self.endpoint, len(self.ranks), done)
         for path, ranks, parts in frames:
             if self.resend is not None:
                 self.resend[path] = parts
@@ -148,11 +152,14 @@ class _Request:
         """The frame header for ``ranks``; with a reply route's ``token``, if it has one,
         and the shape of a slice the call was made on (see ``_message_view``)."""
         view = self.mesh._message_view()
+        header: tuple[Any, ...]
         if view is not None:
-            return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint, token, None, view)
-        if token is None:
-            return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint)
-        return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint, token)
+            header = (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint, token, None, view)
+        elif token is None:
+            header = (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint)
+        else:
+            header = (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint, token)
+        return header if self.span is None else _otel.with_trace(header, self.span)
 
     def _fail_unreachable(self, ranks: tuple[int, ...], reason: str) -> None:
         for rank in ranks:
@@ -626,6 +633,8 @@ class Adverbs:
             view = self.mesh._message_view()
             if port is not None or view is not None:
                 header = (*header, None, port, view)
+            if _otel.ACTIVE:
+                header = _otel.with_trace(header)  # the current span's, if any
             if runtime.relaunching(path):
                 later = functools.partial(_send_later, runtime, path, header, parts)
                 if runtime.when_back(path, later):

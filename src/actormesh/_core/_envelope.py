@@ -6,13 +6,15 @@ fan-out re-encodes only the header per destination, never the arguments. The lay
     (HELLO, address, pid, key, info)            worker -> owner, once connected (info: a
                                                 dict; a joining process says who it is)
     (SPAWN, req_id, mesh_id, ranks)             + factory pickle and buffers
-    (CALL, req_id, mesh_id, ranks, endpoint[, token[, port[, view]]])
+    (CALL, req_id, mesh_id, ranks, endpoint[, token[, port[, view[, trace]]]])
                                                 + (args, kwargs) pickle and buffers; with a
                                                 token, answer on the connection that said
                                                 REPLY_TO with it (if still open); with a
                                                 port (address, id), send each actor's
                                                 answer there as a REPLY to that id; view:
-                                                (labels, sizes, ranks) of the slice called
+                                                (labels, sizes, ranks) of the slice called;
+                                                trace: the caller's W3C traceparent (only
+                                                with OpenTelemetry on, see _otel)
     (REPLY, req_id, rank, ok)                   + value pickle (or error payload) and buffers
     (FAILURE, mesh_id, rank, endpoint)          + error payload: a reply-less call failed
     (STOP_MESH, req_id, mesh_id)                drop every actor of a mesh in this process
@@ -101,11 +103,11 @@ def encode_header(header: tuple[Any, ...]) -> bytes:
 
 
 # How many items a header of each kind may have (CALL: with or without a reply-route
-# token, port and view).
+# token, port and view, and a ninth: the caller's trace context, see _otel.with_trace).
 LAYOUTS: dict[int, tuple[int, ...]] = {
     HELLO: (5,),
     SPAWN: (4,),
-    CALL: (5, 6, 7, 8),
+    CALL: (5, 6, 7, 8, 9),
     REPLY: (4,),
     FAILURE: (4,),
     STOP_MESH: (3,),

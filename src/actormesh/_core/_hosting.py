@@ -21,7 +21,7 @@ from .._config import Config
 from .._exceptions import ActorDiedError, MeshStoppedError, endpoint_named
 from .._transport import Connection, TransportClosed
 from . import _envelope as env
-from . import _snapshot
+from . import _otel, _snapshot
 from ._debugger import paused
 from ._early_calls import EarlyCalls
 from ._event_loops import new_event_loop
@@ -74,6 +74,7 @@ class _Delivery:
         "reply_bytes",
         "reply_conn",
         "req_id",
+        "trace",
         "view",
     )
 
@@ -112,9 +113,11 @@ class _Delivery:
         self.buffers = buffers
         self.hosted = hosted  # its mesh's name and the actor's point, for errors
         self.cancelled = False
-        # For its span in the process' timeline (``_timeline``), when one is kept.
-        self.arrived = time.monotonic() if RECORDER.on else 0.0
+        # For its span in the process' timeline (``_timeline``) and its metrics
+        # (``_otel``), when either is kept; the caller's trace context, if it sent one.
+        self.arrived = time.monotonic() if RECORDER.on or _otel.ACTIVE else 0.0
         self.reply_bytes = 0
+        self.trace: str | None = None
 
     @property
     def mesh_id(self) -> str:
@@ -146,7 +149,7 @@ class _Delivery:
         self.answered = True
         try:
             payload, buffers = dumps(value)
-            if RECORDER.on:
+            if RECORDER.on or _otel.ACTIVE:
                 self.reply_bytes = len(payload) + sum(b.raw().nbytes for b in buffers)
             if len(payload) > self.max_bytes or buffers:
                 what = f"the value returned by {endpoint_named(self.endpoint)}"
@@ -315,12 +318,22 @@ class Hosting:
     def _mailbox(self, name: str) -> Mailbox:
         config = self.config
         RECORDER.configure(config.timeline_spans if config.observe else 0)
+        if config.otel != "off":
+            _otel.configure(config, "worker", self._queue_depths)
         return Mailbox(
             self.loop,
             name,
             stats=self.config.observe,
             new_loop=functools.partial(new_event_loop, self.config),
         )
+
+    def _queue_depths(self) -> list[tuple[str, int, int]]:
+        """Each hosted actor's queued messages (for ``actormesh.queue.depth``)."""
+        return [
+            (hosted.mesh_name, rank, len(hosted.mailbox.queued()))
+            for by_rank in list(self._hosted.values())
+            for rank, hosted in list(by_rank.items())
+        ]
 
     def _handle_call(
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
@@ -336,16 +349,17 @@ class Hosting:
                 return  # its spawn is still on its way (another sender's connection)
             actors = {}
         payload, buffers = parts[1], parts[2:]
+        trace = _otel.trace_of(header) if len(header) > 8 else None
         for rank in ranks:
             hosted = actors.get(rank)
             if hosted is None:
                 self._reply_missing(conn, req_id, rank, mesh_id, endpoint)
                 continue
-            hosted.mailbox.deliver(
-                _Delivery(
-                    conn, req_id, rank, endpoint, payload, buffers, hosted, reply_conn, port, view
-                )
+            delivery = _Delivery(
+                conn, req_id, rank, endpoint, payload, buffers, hosted, reply_conn, port, view
             )
+            delivery.trace = trace
+            hosted.mailbox.deliver(delivery)
 
     def _handle_reply_to(self, conn: Connection, header: tuple[Any, ...]) -> None:
         # A caller's loop will read replies here; it waits for this confirmation.

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._config import Config
-from .._core import CoreRuntime, loads
+from .._core import CoreRuntime, _otel, loads
 from .._core import _envelope as env
 from .._core._deferral import Deferrals, Resume
 from .._exceptions import ActorDiedError
@@ -116,6 +116,8 @@ class Runtime(CoreRuntime):
         events = self.events
         if events is not None:
             events.record(kind, **fields)
+        if _otel.ACTIVE:
+            _otel.event(kind, fields)
 
     def shutdown(self) -> None:
         super().shutdown()

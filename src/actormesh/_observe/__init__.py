@@ -14,6 +14,7 @@ import os
 import threading
 from typing import Any
 
+from .._core import _otel
 from .._hosts import Runtime
 from ._hub import DebugHub
 from ._registry import JobAddress, find_jobs, job_address
@@ -41,6 +42,8 @@ class Observer:
 
         self.runtime = runtime
         self.meshes = Meshes(runtime)
+        if runtime.config.otel != "off":
+            _otel.configure(runtime.config, "controller")
         self.address = job_address() if runtime.config.observe else None
         self.hub = DebugHub(runtime, job=str(os.getpid()) if self.address else None)
         runtime.frame_kinds[env.DEBUG] = self.hub.on_frame
