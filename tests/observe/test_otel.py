@@ -5,10 +5,12 @@ of OpenTelemetry is imported anywhere."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +119,71 @@ def test_otel_on_without_the_package_warns_and_runs() -> None:
     assert done.returncode == 0, done.stderr
     assert "RuntimeWarning: ACTORMESH_OTEL=on but OpenTelemetry is not installed" in done.stderr
     assert done.stdout.split()[-4:] == ["CONTROLLER", "False", "WORKER", "True"]
+
+
+class _Collector:
+    """A stand-in OTLP/HTTP collector on loopback: keeps each request's path and body."""
+
+    def __init__(self) -> None:
+        received = self.received = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                received.append((self.path, body))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_otlp_exports_spans_and_metrics_of_every_process_to_a_collector() -> None:
+    traces_pb = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+    collector = _Collector()
+    program = (
+        "from telemetry_actors import Recorder\n"
+        "from actormesh import proc_mesh\n"
+        "with proc_mesh(gpus=2).get() as procs:\n"
+        "    procs.spawn('recorder', Recorder).echo.call(b'x').get()\n"
+    )
+    try:
+        done = _run(
+            ["-c", program],
+            ACTORMESH_OTEL="otlp",
+            OTEL_EXPORTER_OTLP_ENDPOINT=collector.endpoint,
+            OTEL_SERVICE_NAME="otlp-test",
+        )
+    finally:
+        collector.close()
+    assert done.returncode == 0, done.stderr
+    spans: list[tuple[str, str, dict[str, Any]]] = []
+    for path, body in collector.received:
+        if path != "/v1/traces":
+            continue
+        request = traces_pb.ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for resource in request.resource_spans:
+            attributes = {a.key: a.value for a in resource.resource.attributes}
+            role = attributes["actormesh.role"].string_value
+            assert attributes["service.name"].string_value == "otlp-test"
+            for scope in resource.scope_spans:
+                spans.extend((role, span.name, attributes) for span in scope.spans)
+    assert ("controller", "recorder.echo") in {(role, name) for role, name, _ in spans}
+    ranks = {a["actormesh.rank"].int_value for role, name, a in spans if name == "echo"}
+    assert ranks == {0, 1}  # each worker exported its own span, with its rank
+    assert any(path == "/v1/metrics" for path, _ in collector.received)
