@@ -71,15 +71,19 @@ def test_one_trace_covers_the_controller_call_its_actors_and_their_calls() -> No
         assert ran["trace"] == trace and ran["kind"] == "SERVER"
         assert ran["pid"] != work["pid"]  # in the helper's process
 
-        points = {(p["name"], p["attributes"].get("endpoint")): p for p in worker["metrics"]}
-        calls = points[("actormesh.calls", "work")]
+        points = {
+            (p["name"], p["attributes"].get("endpoint"), p["attributes"].get("ok")): p
+            for p in worker["metrics"]
+        }
+        calls = points[("actormesh.calls", "work", True)]
         assert calls["attributes"] == {"mesh": "worker", "rank": rank, "endpoint": "work",
                                        "ok": True}  # fmt: skip
         assert calls["value"] == 1
-        assert points[("actormesh.call.duration", "work")]["value"]["count"] == 1
-        assert points[("actormesh.bytes.received", "work")]["value"] > 0
-        assert points[("actormesh.bytes.sent", "work")]["value"] > 0
-        assert ("actormesh.queue.depth", None) in points
+        assert points[("actormesh.calls", "work", False)]["value"] == 0
+        assert points[("actormesh.call.duration", "work", None)]["value"]["count"] == 1
+        assert points[("actormesh.bytes.received", "work", None)]["value"] > 0
+        assert points[("actormesh.bytes.sent", "work", None)]["value"] > 0
+        assert ("actormesh.queue.depth", None, None) in points
     latency = [
         p for p in found["controller"]["metrics"]
         if p["name"] == "actormesh.call.latency" and p["attributes"]["endpoint"] == "work"

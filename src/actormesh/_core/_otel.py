@@ -52,6 +52,10 @@ ACTIVE = False  # read on every call: everything below runs only when it is True
 _configured = False
 _api: dict[str, Any] = {}  # the OpenTelemetry names used, imported by configure()
 _instruments: dict[str, Any] = {}
+# (mesh, rank, endpoint) -> [calls that returned, calls that raised, bytes in, bytes out]:
+# counted here per call (a few additions) and read by observable counters at each
+# export, since an SDK counter's add() costs more than the rest of a call's bookkeeping.
+_totals: dict[tuple[str, int, str], list[int]] = {}
 
 QueueDepths = Callable[[], Iterable[tuple[str, int, int]]]  # (mesh, rank, queued)
 
@@ -96,14 +100,12 @@ def configure(config: Any, role: str, queue_depths: QueueDepths | None = None) -
         error=trace.Status(trace.StatusCode.ERROR),
     )
     meter = metrics.get_meter("actormesh")
+    _observe_totals(meter, metrics)
     _instruments.update(
-        calls=meter.create_counter("actormesh.calls", "{call}", "calls an actor ran"),
         duration=meter.create_histogram("actormesh.call.duration", "s", "an actor's run time"),
         queue=meter.create_histogram(
             "actormesh.call.queue_wait", "s", "time a call waited in the actor's mailbox"
         ),
-        received=meter.create_counter("actormesh.bytes.received", "By", "call arguments"),
-        sent=meter.create_counter("actormesh.bytes.sent", "By", "answers sent"),
         latency=meter.create_histogram(
             "actormesh.call.latency", "s", "a call's round trip, as its caller saw it"
         ),
@@ -113,6 +115,30 @@ def configure(config: Any, role: str, queue_depths: QueueDepths | None = None) -
     if queue_depths is not None:
         _observe_queues(meter, metrics, queue_depths)
     ACTIVE = True
+
+
+def _observe_totals(meter: Any, metrics: Any) -> None:
+    def observer(index: int, ok: bool | None) -> Callable[[Any], Iterable[Any]]:
+        def observe(options: Any) -> Iterable[Any]:
+            found = []
+            for (mesh, rank, endpoint), counts in list(_totals.items()):
+                attributes: dict[str, Any] = {"mesh": mesh, "rank": rank, "endpoint": endpoint}
+                if ok is not None:
+                    attributes["ok"] = ok
+                found.append(metrics.Observation(counts[index], attributes))
+            return found
+
+        return observe
+
+    meter.create_observable_counter(
+        "actormesh.calls", [observer(0, True), observer(1, False)], "{call}", "calls run"
+    )
+    meter.create_observable_counter(
+        "actormesh.bytes.received", [observer(2, None)], "By", "call arguments received"
+    )
+    meter.create_observable_counter(
+        "actormesh.bytes.sent", [observer(3, None)], "By", "answers sent"
+    )
 
 
 def _observe_queues(meter: Any, metrics: Any, queue_depths: QueueDepths) -> None:
@@ -248,22 +274,21 @@ def run_ended(started: tuple[Any, Any, float], message: Any, ok: bool) -> None:
         span.set_status(_api["error"])
     span.end()
     hosted = getattr(message, "hosted", None)
-    attributes = {
-        "mesh": getattr(hosted, "mesh_name", ""),
-        "rank": getattr(message, "rank", -1),
-        "endpoint": message.endpoint,
-    }
+    mesh, rank = getattr(hosted, "mesh_name", ""), getattr(message, "rank", -1)
+    attributes = {"mesh": mesh, "rank": rank, "endpoint": message.endpoint}
     now = time.monotonic()
-    _instruments["calls"].add(1, {**attributes, "ok": ok})
     _instruments["duration"].record(now - began, attributes)
     arrived = getattr(message, "arrived", 0.0)
     if arrived:
         _instruments["queue"].record(max(0.0, began - arrived), attributes)
+    counts = _totals.get((mesh, rank, message.endpoint))
+    if counts is None:
+        counts = _totals[(mesh, rank, message.endpoint)] = [0, 0, 0, 0]
+    counts[0 if ok else 1] += 1
     payload = getattr(message, "payload", None)
     if payload is not None:
-        size = len(payload) + sum(b.nbytes for b in message.buffers)
-        _instruments["received"].add(size, attributes)
-        _instruments["sent"].add(getattr(message, "reply_bytes", 0), attributes)
+        counts[2] += len(payload) + sum(b.nbytes for b in message.buffers)
+        counts[3] += getattr(message, "reply_bytes", 0)
 
 
 def event(kind: str, fields: dict[str, Any]) -> None:
