@@ -70,6 +70,7 @@ class _Request:
         # Kept for re-sending when the endpoint is idempotent and its process restarts.
         self.resend: dict[str, list[Any]] | None = None
         self.span: Any = None  # its OpenTelemetry span (``_otel``), when tracing is on
+        self.failed = False  # an answer was an error (the span says so)
         options = self.ref.endpoints.get(endpoint)
         if options is not None and options.idempotent:
             self.resend = {}
@@ -87,8 +88,7 @@ class _Request:
         """
         runtime, unreachable, ready, held = self.runtime, [], [], []
         if _otel.ACTIVE and self.span is None:
-            done = getattr(self, "future", None)
-            self.span = _otel.call_started(self.ref.name, self.endpoint, len(self.ranks), done)
+            self.span = _otel.call_started(self.ref.name, self.endpoint, len(self.ranks))
         for path, ranks, parts in frames:
             if self.resend is not None:
                 self.resend[path] = parts
@@ -170,7 +170,7 @@ class _Request:
             self._died(rank, reason)
         self._after_losses()
         if not self.outstanding:
-            self._complete()
+            self._completed()
             self.runtime.forget(self.req_id)
 
     # -- ReplyHandler -------------------------------------------------------------------
@@ -200,6 +200,7 @@ class _Request:
             else:
                 self._value(rank, value)
         else:
+            self.failed = True
             raised = raised_error(parts[0])
             if self.state.dead and not isinstance(raised, ActorDiedError):
                 # Not "this actor is gone" (the answer for one dropped after a failure).
@@ -218,7 +219,7 @@ class _Request:
                 raised = init_error
             self._error(rank, raised)
         if not self.outstanding:
-            self._complete()
+            self._completed()
             return True
         return False
 
@@ -250,7 +251,7 @@ class _Request:
             self._died(rank, reason)
         self._after_losses()
         if not self.outstanding:
-            self._complete()
+            self._completed()
             return True
         return False
 
@@ -288,6 +289,14 @@ class _Request:
 
     def _complete(self) -> None:
         """All ranks have answered or failed."""
+
+    def _completed(self) -> None:
+        """All ranks have answered or failed: end the call's span (if traced), then
+        ``_complete``."""
+        if self.span is not None:
+            _otel.call_ended(self.span, self.ref.name, self.endpoint, self.failed)
+            self.span = None
+        self._complete()
 
     # -- waiting ------------------------------------------------------------------------
 
@@ -352,6 +361,9 @@ class _Request:
 
     def abandon(self) -> None:
         """The caller gave up (timeout, cancellation): drop late replies, cancel the calls."""
+        if self.span is not None:
+            _otel.call_ended(self.span, self.ref.name, self.endpoint, True)
+            self.span = None
         self.runtime.forget(self.req_id)
         self.runtime.call_soon(self._abandon_on_loop)
 

@@ -5,9 +5,9 @@ Off by default. With ``Config.otel`` (``ACTORMESH_OTEL``) ``"on"`` in a process,
 imports the OpenTelemetry API and, through the process' tracer and meter providers:
 
 - a caller (the controller, or an actor calling another mesh) starts a *client* span
-  per call (``<mesh>.<endpoint>``), child of whatever span is current, ended when the
-  call's future resolves, and sends its W3C ``traceparent`` in the CALL header (its
-  ninth item: ``with_trace``, the one change to the header);
+  per call (``<mesh>.<endpoint>``), child of whatever span is current, ended when every
+  rank answered or failed (or the caller gave up), and sends its W3C ``traceparent``
+  in the CALL header (its ninth item: ``with_trace``, the one change to the header);
 - each actor that runs the call starts a *server* span (``<endpoint>``), child of that
   context, current while the endpoint runs: spans the endpoint opens (``span()``,
   ``@traced``) and calls it makes are its children, so one trace covers a controller's
@@ -37,6 +37,7 @@ from typing import Any
 
 __all__ = [
     "ACTIVE",
+    "call_ended",
     "call_started",
     "configure",
     "event",
@@ -198,38 +199,35 @@ def _rank_attributes() -> dict[str, Any]:
 # -- the caller's side ------------------------------------------------------------------
 
 
-def call_started(mesh: str, endpoint: str, ranks: int, done: Any) -> Any:
-    """Start the client span of a call to ``ranks`` actors (only when ``ACTIVE``); it
-    ends when ``done`` (the call's future, if it has one) resolves."""
-    tracer = _api["tracer"]
-    span = tracer.start_span(
+def call_started(mesh: str, endpoint: str, ranks: int) -> tuple[Any, float]:
+    """Start the client span of a call to ``ranks`` actors (only when ``ACTIVE``); the
+    caller ends it with ``call_ended`` once every rank answered or failed."""
+    span = _api["tracer"].start_span(
         f"{mesh}.{endpoint}",
         kind=_api["client"],
         attributes={"actormesh.mesh": mesh, "actormesh.endpoint": endpoint,
                     "actormesh.ranks": ranks},
     )  # fmt: skip
-    started = time.monotonic()
-    if done is not None and hasattr(done, "add_done_callback"):
-
-        def finish(future: Any) -> None:
-            _instruments["latency"].record(
-                time.monotonic() - started, {"mesh": mesh, "endpoint": endpoint}
-            )
-            if future.exception() is not None:
-                span.set_status(_api["error"])
-            span.end()
-
-        done.add_done_callback(finish)
-    else:
-        span.end()  # nobody waits (a stream's end is not known here): a point in time
-    return span
+    return span, time.monotonic()
 
 
-def with_trace(header: tuple[Any, ...], span: Any = None) -> tuple[Any, ...]:
-    """``header`` (a CALL header) with the trace context of ``span`` (default: the
-    current span) as its ninth item, the items before padded with ``None``."""
-    if span is not None:
-        ctx = _api["trace"].set_span_in_context(span)
+def call_ended(call: tuple[Any, float], mesh: str, endpoint: str, failed: bool) -> None:
+    """End a call's client span (any thread) and record its latency. (Not a callback on
+    the call's future: one would make its replies go through the runtime's loop.)"""
+    span, started = call
+    if failed:
+        span.set_status(_api["error"])
+    span.end()
+    seconds = time.monotonic() - started
+    _instruments["latency"].record(seconds, {"mesh": mesh, "endpoint": endpoint})
+
+
+def with_trace(header: tuple[Any, ...], call: tuple[Any, float] | None = None) -> tuple[Any, ...]:
+    """``header`` (a CALL header) with the trace context of ``call`` (what
+    ``call_started`` returned; default: the current span) as its ninth item, the items
+    before padded with ``None``."""
+    if call is not None:
+        ctx = _api["trace"].set_span_in_context(call[0])
     else:
         ctx = _api["context"].get_current()
     carrier: dict[str, str] = {}
