@@ -35,15 +35,29 @@ def test_a_timeline_holds_each_ranks_calls_with_queue_waits_and_sizes(tmp_path: 
         held.get(timeout=30)
         queued.get(timeout=30)
         path = tmp_path / "trace.json"
-        trace = timeline(path).get(timeout=60)
+        traces: list[dict] = []
+
+        def complete() -> bool:
+            # An actor records a call's span just after sending its answer: the caller
+            # may ask a moment before the last one is in.
+            traces[:] = [timeline(path).get(timeout=60)]
+            return len(_calls(traces[0]["traceEvents"], "echo")) == 3
+
+        wait_until(complete, 30, "the spans of all 3 echo calls")
 
     events = check_trace(json.loads(path.read_text()))
-    assert json.loads(path.read_text()) == trace
+    assert json.loads(path.read_text()) == traces[0]
     names = {e["args"]["name"] for e in events if e["name"] == "process_name"}
-    assert len(names) == 2
+    assert len(names) == 3
     assert any(n.startswith("recorder rank 0 (pid ") for n in names)
+    assert any(n.startswith("controller (pid ") for n in names)
+    # The controller's calls, on its "calls made" track: one to both ranks, then one.
+    made = [e for e in events if e["ph"] == "b" and e["cat"] == "call"]
+    echo_calls = [e["args"]["ranks"] for e in made if e["name"] == "recorder.echo"]
+    assert echo_calls == [2, 1]
+    assert {e["name"] for e in made} >= {"recorder.hold", "recorder.release"}
     threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
-    assert threads == {"recorder {gpus=0}", "recorder {gpus=1}"}
+    assert threads == {"recorder {gpus=0}", "recorder {gpus=1}", "calls made"}
 
     echoes = _calls(events, "echo")
     assert len(echoes) == 3

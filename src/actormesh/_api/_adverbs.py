@@ -12,12 +12,14 @@ import contextlib
 import functools
 import inspect
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._core import _otel, dumps_arguments, loads
 from .._core._envelope import CALL, CANCEL, raised_error
 from .._core._limits import check_message_size
+from .._core._timeline import RECORDER
 from .._exceptions import (
     ActorDiedError,
     ActorError,
@@ -71,6 +73,7 @@ class _Request:
         self.resend: dict[str, list[Any]] | None = None
         self.span: Any = None  # its OpenTelemetry span (``_otel``), when tracing is on
         self.failed = False  # an answer was an error (the span says so)
+        self.sent_at = 0.0  # when it was sent, for the caller's timeline (``RECORDER``)
         options = self.ref.endpoints.get(endpoint)
         if options is not None and options.idempotent:
             self.resend = {}
@@ -89,6 +92,8 @@ class _Request:
         runtime, unreachable, ready, held = self.runtime, [], [], []
         if _otel.ACTIVE and self.span is None:
             self.span = _otel.call_started(self.ref.name, self.endpoint, len(self.ranks))
+        if RECORDER.on and not self.sent_at:
+            self.sent_at = time.monotonic()
         for path, ranks, parts in frames:
             if self.resend is not None:
                 self.resend[path] = parts
@@ -296,6 +301,11 @@ class _Request:
         if self.span is not None:
             _otel.call_ended(self.span, self.ref.name, self.endpoint, self.failed)
             self.span = None
+        if self.sent_at and RECORDER.on:
+            RECORDER.called(
+                self.ref.mesh_id, self.ref.name, self.endpoint, self.req_id, self.sent_at,
+                len(self.ranks), not self.failed,
+            )  # fmt: skip
         self._complete()
 
     # -- waiting ------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from .._core import _otel
+from .._core._timeline import RECORDER
 from .._hosts import Runtime
 from ._hub import DebugHub
 from ._registry import JobAddress, find_jobs, job_address
@@ -42,8 +43,11 @@ class Observer:
 
         self.runtime = runtime
         self.meshes = Meshes(runtime)
-        if runtime.config.otel != "off":
-            _otel.configure(runtime.config, "controller")
+        config = runtime.config
+        # The calls this controller makes, for timelines (see _core._timeline).
+        RECORDER.configure(config.timeline_spans if config.observe else 0)
+        if config.otel != "off":
+            _otel.configure(config, "controller")
         self.address = job_address() if runtime.config.observe else None
         self.hub = DebugHub(runtime, job=str(os.getpid()) if self.address else None)
         runtime.frame_kinds[env.DEBUG] = self.hub.on_frame
