@@ -171,3 +171,19 @@ def test_each_host_agent_keeps_a_log_of_its_own_workers(tmp_path: Path) -> None:
         assert count == 2  # this host's two workers
     # The controller's own log has the agents (its children) in it.
     assert find_log("hosts", tmp_path / "jobs").name == "hosts.sqlite"
+
+
+def test_a_controller_knows_where_its_event_log_is(tmp_path: Path) -> None:
+    program = (
+        "from actormesh import proc_mesh\n"
+        "from actormesh.observability import event_log_path\n"
+        "with proc_mesh(gpus=1).get():\n"
+        "    print('LOG', event_log_path())\n"
+    )
+    env = {**os.environ, "ACTORMESH_STATE_DIR": str(tmp_path), "ACTORMESH_JOB_NAME": "where"}
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["LOG", str(tmp_path / "jobs" / "where.sqlite")]
+    assert (tmp_path / "jobs" / "where.sqlite").is_file()
