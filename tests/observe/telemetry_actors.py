@@ -154,3 +154,17 @@ class Traced(Actor):
     @endpoint
     def telemetry(self) -> dict[str, Any]:
         return {"spans": finished_spans(), "metrics": metric_points()}
+
+
+class Model(Actor):
+    """Holds a small torch model (``self.model``, what ``sync_weights`` reads and sets)."""
+
+    def __init__(self, seed: int) -> None:
+        import torch
+
+        torch.manual_seed(seed)
+        self.model = torch.nn.Linear(4, 1)
+
+    @endpoint
+    def weight_sum(self) -> float:
+        return float(self.model.weight.sum())
