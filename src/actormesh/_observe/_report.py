@@ -69,10 +69,6 @@ class Meshes:
                 picked.append(ref)
         return picked
 
-    def processes(self) -> set[str]:
-        """The paths of the processes of every live mesh (loop thread)."""
-        return {path for ref in self._live(None) for path in ref.paths}
-
     def live(self, name: str | None = None) -> list[MeshRef]:
         """The live meshes (those named ``name``, when given)."""
         return self._live(name)
