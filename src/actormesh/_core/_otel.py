@@ -181,7 +181,7 @@ def _install_otlp(role: str) -> None:
         provider = TracerProvider(resource=resource)
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         trace.set_tracer_provider(provider)
-    if type(metrics.get_meter_provider()).__name__ != "MeterProvider":
+    if not isinstance(metrics.get_meter_provider(), MeterProvider):
         reader = PeriodicExportingMetricReader(OTLPMetricExporter())
         metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
 
