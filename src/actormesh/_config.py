@@ -59,6 +59,12 @@ class Config:
         timeline_spans: call spans each process keeps for ``actormesh timeline`` (a ring:
             the last ones), recorded as each message ends; 0 keeps none. Off with
             ``observe``.
+        otel: OpenTelemetry (``actormesh[otel]``): ``"on"`` traces every call (a span
+            in the caller, one in each actor that runs it, the trace context carried
+            with the call) and records runtime metrics per rank, through the process'
+            tracer and meter providers; ``"otlp"`` also installs the SDK's providers
+            exporting over OTLP/HTTP (``OTEL_EXPORTER_OTLP_ENDPOINT``), for workers;
+            ``"off"`` imports nothing.
         event_log: keep the job event log (process starts and exits, restarts,
             supervision events, timeouts, meshes, weight versions) in a SQLite file under
             ``state_dir`` that survives the job, read with ``actormesh log``; the
@@ -110,6 +116,7 @@ class Config:
     max_handshakes_per_host: int = 64
     observe: bool = True
     timeline_spans: int = 8192
+    otel: Literal["off", "on", "otlp"] = "off"
     event_log: bool = True
     state_dir: str | None = None
     job_name: str | None = None
@@ -159,6 +166,8 @@ class Config:
             raise ValueError(f"reply_spin must be between 0 and 0.01 s, not {self.reply_spin!r}")
         if self.max_message_bytes <= 0 or self.shm_threshold < 0:
             raise ValueError("max_message_bytes must be positive and shm_threshold >= 0")
+        if self.otel not in ("off", "on", "otlp"):
+            raise ValueError(f"otel must be 'off', 'on' or 'otlp', not {self.otel!r}")
         if self.timeline_spans < 0:
             raise ValueError(f"timeline_spans must be >= 0, not {self.timeline_spans!r}")
 

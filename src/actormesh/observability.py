@@ -24,7 +24,10 @@ See docs/observability.md.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ._core import record_metric
+from ._hosts import Runtime
 from ._observe import (
     ConsoleBackend,
     JsonlBackend,
@@ -44,6 +47,16 @@ __all__ = [
     "Reduce",
     "TensorBoardBackend",
     "WandbBackend",
+    "event_log_path",
     "record_metric",
     "timeline",
 ]
+
+
+def event_log_path() -> Path | None:
+    """Where this controller keeps its job event log (``actormesh log``; open it with
+    ``sqlite3`` for SQL of your own), or ``None`` when it keeps none
+    (``ACTORMESH_EVENT_LOG=0``, or in a worker). The file is made with the first event
+    (the first process started)."""
+    events = Runtime.get().events
+    return events.path if events is not None else None

@@ -171,3 +171,51 @@ def test_each_host_agent_keeps_a_log_of_its_own_workers(tmp_path: Path) -> None:
         assert count == 2  # this host's two workers
     # The controller's own log has the agents (its children) in it.
     assert find_log("hosts", tmp_path / "jobs").name == "hosts.sqlite"
+
+
+def test_a_controller_knows_where_its_event_log_is(tmp_path: Path) -> None:
+    program = (
+        "from actormesh import proc_mesh\n"
+        "from actormesh.observability import event_log_path\n"
+        "with proc_mesh(gpus=1).get():\n"
+        "    print('LOG', event_log_path())\n"
+    )
+    env = {**os.environ, "ACTORMESH_STATE_DIR": str(tmp_path), "ACTORMESH_JOB_NAME": "where"}
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["LOG", str(tmp_path / "jobs" / "where.sqlite")]
+    assert (tmp_path / "jobs" / "where.sqlite").is_file()
+
+
+def test_a_weight_sync_leaves_its_version_in_the_log(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    program = (
+        "import sqlite3\n"
+        "from telemetry_actors import Model\n"
+        "from actormesh import proc_mesh\n"
+        "from actormesh.observability import event_log_path\n"
+        "from actormesh.torch import sync_weights\n"
+        "trainers = proc_mesh(gpus=1, name='t').get().spawn('trainer', Model, 1)\n"
+        "generators = proc_mesh(gpus=2, name='g').get().spawn('generator', Model, 2)\n"
+        "sync_weights(trainers, generators, version=3).get(timeout=60)\n"
+        "same = set(generators.weight_sum.call().get().values())\n"
+        "assert same == {trainers.weight_sum.call_one().get()}, same\n"
+        "print('LOG', event_log_path())\n"
+    )
+    env = {**os.environ, "ACTORMESH_STATE_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        env=env,
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    path = Path(done.stdout.split()[-1])
+    (event,) = [e for e in _events(path) if e["kind"] == "weights"]
+    assert event["mesh"] == "generator"
+    assert json.loads(str(event["data"]))["version"] == 3
+    assert event["message"] == "weights v3 synced from 'trainer'"

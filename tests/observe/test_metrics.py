@@ -150,3 +150,20 @@ def test_bad_logger_arguments_are_refused() -> None:
     with pytest.raises(TypeError, match="step must be an int"):
         MetricLogger().flush("1")  # type: ignore[arg-type]
     assert Reduce("std") is Reduce.STD
+
+
+def test_per_rank_values_are_written_beside_the_reduced_ones(tmp_path: Path) -> None:
+    with proc_mesh(gpus=2).get() as procs:
+        recorders = procs.spawn("recorder", Recorder)
+        with MetricLogger([JsonlBackend(tmp_path / "m.jsonl")], per_rank=True) as logger:
+            recorders.train_step.call(10).get()
+            record_metric("loss", 0.0)
+            values = logger.flush(0).get(timeout=60)
+    # Rank r recorded r + 10 and r + 10.5; the controller 0.0.
+    assert values["loss/recorder_0"] == pytest.approx(10.25)
+    assert values["loss/recorder_1"] == pytest.approx(11.25)
+    assert values["loss/controller"] == 0.0
+    assert values["loss"] == pytest.approx((10 + 10.5 + 11 + 11.5 + 0) / 5)
+    assert values["tokens/recorder_1"] == pytest.approx(22.5)
+    line = json.loads((tmp_path / "m.jsonl").read_text())
+    assert line["metrics"] == pytest.approx(values)

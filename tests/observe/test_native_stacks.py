@@ -10,7 +10,7 @@ import pytest
 from observe_support import actormesh
 from telemetry_actors import Recorder
 
-from actormesh import proc_mesh
+from actormesh import host_mesh, proc_mesh
 from actormesh._hosts._native_stacks import py_spy
 from actormesh._observe import Stacks
 from actormesh.testing import wait_until
@@ -74,3 +74,24 @@ def test_mesh_stacks_native_from_python_shows_the_c_frame() -> None:
         assert "GIL: held by actor thread" in seen[0].by_rank[1]
         assert "GIL: not held" in seen[0].by_rank[0]
         del pending
+
+
+def test_native_stacks_of_a_rank_behind_a_host_agent_come_from_its_agent() -> None:
+    hosts = host_mesh(1).get(timeout=60)
+    try:
+        with hosts.spawn_procs(per_host={"gpus": 2}) as procs:
+            recorders = procs.spawn("recorder", Recorder)
+            recorders.initialized.get()
+            pending = recorders.slice(hosts=0, gpus=1).sleep_in_c.call_one(20)
+            seen: list[Stacks] = []
+
+            def stuck() -> bool:
+                seen[:] = [recorders.stacks(native=True).get(timeout=60)]
+                return "\n    sleep (libc" in seen[0].by_rank[1]
+
+            wait_until(stuck, 60, "rank 1 inside libc's sleep, read by its host agent")
+            assert "GIL: held by actor thread" in seen[0].by_rank[1]
+            assert "GIL: not held" in seen[0].by_rank[0]
+            del pending
+    finally:
+        hosts.shutdown().get(timeout=60)  # its agent is a child of this process

@@ -16,6 +16,9 @@ from actormesh import proc_mesh
 from actormesh.observability import timeline
 from actormesh.testing import wait_until
 
+# A mesh name of this test's own: earlier tests' spans may still be in this process' ring.
+MESH = "timeline_rec"
+
 
 def _calls(events: list[dict], name: str) -> list[dict]:
     return [e for e in events if e["ph"] == "X" and e["name"] == name]
@@ -23,7 +26,7 @@ def _calls(events: list[dict], name: str) -> list[dict]:
 
 def test_a_timeline_holds_each_ranks_calls_with_queue_waits_and_sizes(tmp_path: Path) -> None:
     with proc_mesh(gpus=2).get() as procs:
-        recorders = procs.spawn("recorder", Recorder)
+        recorders = procs.spawn(MESH, Recorder)
         big = b"x" * 200_000
         recorders.echo.call(big).get()
         first = recorders.slice(gpus=0)
@@ -35,38 +38,65 @@ def test_a_timeline_holds_each_ranks_calls_with_queue_waits_and_sizes(tmp_path: 
         held.get(timeout=30)
         queued.get(timeout=30)
         path = tmp_path / "trace.json"
-        trace = timeline(path).get(timeout=60)
+        traces: list[dict] = []
+
+        def complete() -> bool:
+            # An actor records a call's span just after sending its answer: the caller
+            # may ask a moment before the last one is in.
+            traces[:] = [timeline(path).get(timeout=60)]
+            return len(_calls(traces[0]["traceEvents"], "echo")) == 3
+
+        wait_until(complete, 30, "the spans of all 3 echo calls")
 
     everything = check_trace(json.loads(path.read_text()))
-    assert json.loads(path.read_text()) == trace
-    # The job's other processes (this one too, where earlier tests hosted actors) are in
-    # the trace as well: look at this mesh's processes.
-    mine = {e["pid"] for e in everything if e.get("cat") == "recorder"}
-    events = [e for e in everything if e["pid"] in mine]
-    names = {e["args"]["name"] for e in events if e["name"] == "process_name"}
-    assert len(names) == 2
-    assert any(n.startswith("recorder rank 0 (pid ") for n in names)
-    threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
-    assert threads == {"recorder {gpus=0}", "recorder {gpus=1}"}
+    assert json.loads(path.read_text()) == traces[0]
+    # The job's other processes, and what earlier tests left in this one's ring (calls
+    # made, actors hosted here), are in the trace too: look at this mesh's spans and the
+    # processes and threads they are on.
+    events = [
+        e
+        for e in everything
+        if e.get("cat") == MESH or (e.get("cat") == "call" and e["name"].startswith(MESH + "."))
+    ]
+    pids = {e["pid"] for e in events}
+    tids = {(e["pid"], e["tid"]) for e in events}
+    names = {
+        e["args"]["name"] for e in everything if e["name"] == "process_name" and e["pid"] in pids
+    }
+    assert len([n for n in names if n.startswith(f"{MESH} rank ")]) == 2
+    assert any(n.startswith(f"{MESH} rank 0 (pid ") for n in names)
+    assert any(n.startswith("controller (pid ") for n in names)
+    # The controller's calls, on its "calls made" track: one to both ranks, then one.
+    made = [e for e in events if e["ph"] == "b" and e["cat"] == "call"]
+    echo_calls = [e["args"]["ranks"] for e in made if e["name"] == f"{MESH}.echo"]
+    assert echo_calls == [2, 1]
+    assert {e["name"] for e in made} >= {f"{MESH}.hold", f"{MESH}.release"}
+    threads = {
+        e["args"]["name"]
+        for e in everything
+        if e["name"] == "thread_name" and (e["pid"], e["tid"]) in tids
+    }
+    assert threads == {f"{MESH} {{gpus=0}}", f"{MESH} {{gpus=1}}", "calls made"}
 
     echoes = _calls(events, "echo")
     assert len(echoes) == 3
     large = [e for e in echoes if e["args"]["bytes_in"] >= len(big)]
     assert sorted(e["args"]["rank"] for e in large) == [0, 1]
     assert all(e["args"]["ok"] and e["args"]["bytes_out"] > 0 for e in echoes)
-    assert all(e["cat"] == "recorder" and e["args"]["kind"] == "def" for e in echoes)
+    assert all(e["cat"] == MESH and e["args"]["kind"] == "def" for e in echoes)
 
     (hold,) = _calls(events, "hold")
     (late,) = [e for e in echoes if e["args"]["bytes_in"] < len(big)]
     assert hold["args"]["kind"] == "async"
     assert late["ts"] >= hold["ts"] + hold["dur"] - 1  # it ran after hold ended ...
     assert late["args"]["queue_ms"] > 0  # ... having waited in the mailbox meanwhile
-    waits = [e for e in events if e["ph"] in ("b", "e") and e["name"] == "queued echo"]
+    waits = [e for e in everything if e["ph"] in ("b", "e") and e["name"] == "queued echo"]
+    waits = [e for e in waits if e["pid"] in pids]
     assert {e["pid"] for e in waits} == {late["pid"]} and len(waits) == 2
     # A concurrent endpoint's call overlaps the running one: an async slice, not an "X".
     assert not _calls(events, "release")
     (release,) = [e for e in events if e["ph"] == "b" and e["name"] == "release"]
-    assert release["args"]["kind"] == "concurrent" and release["cat"] == "recorder"
+    assert release["args"]["kind"] == "concurrent" and release["cat"] == MESH
 
 
 def test_timeline_spans_zero_keeps_none(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -64,7 +64,7 @@ def test_a_frame_goes_to_its_kinds_handler_with_the_connection_header_and_parts(
     dispatch: Any,
 ) -> None:
     recorder = _Recorder()
-    header = (env.CALL, 7, "mesh", (0, 1), "ping", "token", None, None)
+    header = (env.CALL, 7, "mesh", (0, 1), "ping", "token", None, None, None)
     parts = [memoryview(env.encode(env.Call(7, "mesh", (0, 1), "ping", "token"))), b"args"]
     assert dispatch(_table(recorder), recorder.unreadable, "conn", parts) == "call handled"
     assert recorder.handled == [("call", "conn", header, parts)]

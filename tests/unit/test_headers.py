@@ -16,7 +16,9 @@ pytestmark = pytest.mark.timeout(30)
 EXAMPLES: list[Any] = [
     headers.Hello("tcp://10.0.0.2:7000", 4242, "k-1", {"joined": True}),
     headers.Spawn(3, "mesh-1", (0, 1)),
-    headers.Call(4, "mesh-1", (0,), "ping", "tok", ("/tmp/p.sock", 9), (("x",), (2,), (0, 1))),
+    headers.Call(
+        4, "mesh-1", (0,), "ping", "tok", ("/tmp/p.sock", 9), (("x",), (2,), (0, 1)), "00-ab-cd-01"
+    ),
     headers.Reply(4, 0, True),
     headers.Failure("mesh-1", 1, "ping"),
     headers.StopMesh(5, "mesh-1"),
@@ -60,9 +62,9 @@ def test_decode_then_read_gives_back_the_header(header: Any) -> None:
 
 def test_a_call_without_its_optional_fields_still_has_them_on_the_wire() -> None:
     wire = headers.decode(headers.encode(headers.Call(1, "m", (0,), "ep")))
-    assert wire == (headers.CALL, 1, "m", (0,), "ep", None, None, None)
+    assert wire == (headers.CALL, 1, "m", (0,), "ep", None, None, None, None)
     call = headers.read(headers.Call, wire)
-    assert (call.token, call.port, call.view) == (None, None, None)
+    assert (call.token, call.port, call.view, call.trace) == (None, None, None, None)
 
 
 @pytest.mark.parametrize(

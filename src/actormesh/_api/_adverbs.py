@@ -12,10 +12,20 @@ import contextlib
 import functools
 import inspect
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .._core import check_message_size, dumps, dumps_arguments, headers, loads, raised_error
+from .._core import (
+    RECORDER,
+    check_message_size,
+    dumps,
+    dumps_arguments,
+    headers,
+    loads,
+    raised_error,
+)
+from .._core import otel as _otel
 from .._exceptions import (
     ActorDiedError,
     ActorError,
@@ -69,6 +79,9 @@ class _Request:
         self.route = route if route is not None and route.begin() else None
         # Kept for re-sending when the endpoint is idempotent and its process restarts.
         self.resend: dict[str, list[Any]] | None = None
+        self.span: Any = None  # its OpenTelemetry span (``_otel``), when tracing is on
+        self.failed = False  # an answer was an error (the span says so)
+        self.sent_at = 0.0  # when it was sent, for the caller's timeline (``RECORDER``)
         options = self.ref.endpoints.get(endpoint)
         if options is not None and options.idempotent:
             self.resend = {}
@@ -85,6 +98,10 @@ class _Request:
         a process being restarted wait for the new process (unless ``hold`` is False).
         """
         runtime, unreachable, ready, held = self.runtime, [], [], []
+        if _otel.ACTIVE and self.span is None:
+            self.span = _otel.call_started(self.ref.name, self.endpoint, len(self.ranks))
+        if RECORDER.on and not self.sent_at:
+            self.sent_at = time.monotonic()
         for path, ranks, parts in frames:
             if self.resend is not None:
                 self.resend[path] = parts
@@ -149,7 +166,10 @@ class _Request:
         """The frame header for ``ranks``; with a reply route's ``token``, if it has one,
         and the shape of a slice the call was made on (see ``_message_view``)."""
         view = self.mesh._message_view()
-        return headers.Call(self.req_id, self.ref.mesh_id, ranks, self.endpoint, token, None, view)
+        header = headers.Call(
+            self.req_id, self.ref.mesh_id, ranks, self.endpoint, token, None, view
+        )
+        return header if self.span is None else _otel.with_trace(header, self.span)
 
     def _fail_unreachable(self, ranks: tuple[int, ...], reason: str) -> None:
         for rank in ranks:
@@ -160,7 +180,7 @@ class _Request:
             self._died(rank, reason)
         self._after_losses()
         if not self.outstanding:
-            self._complete()
+            self._completed()
             self.runtime.forget(self.req_id)
 
     # -- ReplyHandler -------------------------------------------------------------------
@@ -190,6 +210,7 @@ class _Request:
             else:
                 self._value(rank, value)
         else:
+            self.failed = True
             raised = raised_error(parts[0])
             if self.state.dead and not isinstance(raised, ActorDiedError):
                 # Not "this actor is gone" (the answer for one dropped after a failure).
@@ -208,7 +229,7 @@ class _Request:
                 raised = init_error
             self._error(rank, raised)
         if not self.outstanding:
-            self._complete()
+            self._completed()
             return True
         return False
 
@@ -240,7 +261,7 @@ class _Request:
             self._died(rank, reason)
         self._after_losses()
         if not self.outstanding:
-            self._complete()
+            self._completed()
             return True
         return False
 
@@ -278,6 +299,19 @@ class _Request:
 
     def _complete(self) -> None:
         """All ranks have answered or failed."""
+
+    def _completed(self) -> None:
+        """All ranks have answered or failed: end the call's span (if traced), then
+        ``_complete``."""
+        if self.span is not None:
+            _otel.call_ended(self.span, self.ref.name, self.endpoint, self.failed)
+            self.span = None
+        if self.sent_at and RECORDER.on:
+            RECORDER.called(
+                self.ref.mesh_id, self.ref.name, self.endpoint, self.req_id, self.sent_at,
+                len(self.ranks), not self.failed,
+            )  # fmt: skip
+        self._complete()
 
     # -- waiting ------------------------------------------------------------------------
 
@@ -342,6 +376,9 @@ class _Request:
 
     def abandon(self) -> None:
         """The caller gave up (timeout, cancellation): drop late replies, cancel the calls."""
+        if self.span is not None:
+            _otel.call_ended(self.span, self.ref.name, self.endpoint, True)
+            self.span = None
         self.runtime.forget(self.req_id)
         self.runtime.call_soon(self._abandon_on_loop)
 
@@ -681,6 +718,8 @@ class Adverbs:
         outgoing = []
         for path, ranks in self.mesh._routes():
             header = headers.Call(0, mesh_id, ranks, ep.name, None, port, self.mesh._message_view())
+            if _otel.ACTIVE:
+                header = _otel.with_trace(header)  # the current span's, if any
             if runtime.relaunching(path):
                 later = functools.partial(_send_later, runtime, path, header, parts)
                 if runtime.when_back(path, later):

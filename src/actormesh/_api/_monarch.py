@@ -16,7 +16,6 @@ import sys
 import threading
 import types
 import uuid
-from collections.abc import Callable, Iterator
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
@@ -26,6 +25,7 @@ from ._bootstrap_command import BootstrapCommand, default_bootstrap_cmd
 from ._future import Future, from_concurrent
 from ._host_mesh import this_proc
 from ._returns_future import returns_future
+from ._telemetry import get_meter, span, traced
 
 __all__ = [
     "BootstrapCommand",
@@ -298,46 +298,6 @@ def debug_controller() -> Any:
             or an attached terminal for now).
     """
     raise NotImplementedError("actormesh has no remote debugger yet (docs/from-monarch.md)")
-
-
-class _Instrument:
-    """A meter instrument that records nothing."""
-
-    def add(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    record = add
-
-
-class _Meter:
-    """A meter whose instruments record nothing (actormesh exports no telemetry)."""
-
-    def __getattr__(self, name: str) -> Callable[..., _Instrument]:
-        if name.startswith("create_"):
-            return lambda *args, **kwargs: _Instrument()
-        raise AttributeError(name)
-
-
-def get_meter() -> Any:
-    """A meter for Monarch's programs: its counters and histograms record nothing."""
-    return _Meter()
-
-
-@contextlib.contextmanager
-def span(name: str) -> Iterator[None]:
-    """A tracing span for Monarch's programs: records nothing."""
-    del name
-    yield
-
-
-def traced(fn: Callable[P, T] | None = None, *, name: str | None = None) -> Any:
-    """Wrap a function in a tracing span (records nothing); bare or with ``name``."""
-    del name
-
-    def decorate(function: Callable[P, T]) -> Callable[P, T]:
-        return function
-
-    return decorate(fn) if fn is not None else decorate
 
 
 # -- configuration -----------------------------------------------------------------------------

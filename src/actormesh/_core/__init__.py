@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _headers as headers
 from . import _metrics as metrics
+from . import _otel as otel
 from ._debugger import debug
 from ._debugger import install as install_breakpoints
 from ._deferral import Deferrals, Resume
@@ -19,7 +20,7 @@ from ._reply_routes import ReplyRoute
 from ._runtime import CoreRuntime, ReplyHandler, new_event_loop
 from ._serialization import Pickler, dumps, dumps_arguments, loads
 from ._snapshot import observe, process_usage
-from ._timeline import Span
+from ._timeline import RECORDER, Span
 
 __all__ = [
     "BuildOnLoop",
@@ -29,6 +30,7 @@ __all__ = [
     "EndpointKind",
     "Hosted",
     "Pickler",
+    "RECORDER",
     "ReplyHandler",
     "ReplyRoute",
     "Resume",
@@ -47,6 +49,7 @@ __all__ = [
     "metrics",
     "new_event_loop",
     "observe",
+    "otel",
     "process_usage",
     "raised_error",
     "record_metric",

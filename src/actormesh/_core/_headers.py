@@ -3,7 +3,7 @@
 A frame's first part is its header, pickled on its own so a fan-out re-encodes only the
 header per destination, never the arguments. On the wire a header is a plain tuple
 whose first item is the message kind and whose other items are the fields below, in
-order: ``(CALL, req_id, mesh_id, ranks, endpoint, token, port, view)``. Code never
+order: ``(CALL, req_id, mesh_id, ranks, endpoint, token, port, view, trace)``. Code never
 builds or unpacks those tuples by hand: it builds the kind's ``NamedTuple`` (the fields
 alone; ``KINDS`` maps each kind to its class), ``encode`` turns it into the wire tuple's
 bytes, and a handler reads a received tuple back with ``read(Call, header)``. The wire
@@ -151,6 +151,7 @@ class Call(NamedTuple):
     token: str | None = None  # answer on the reply route this token named
     port: tuple[str, int] | None = None  # answer there, as a Reply to its id
     view: View | None = None  # the slice the call was made on
+    trace: str | None = None  # the caller's W3C traceparent (OpenTelemetry on; _otel)
 
 
 class Reply(NamedTuple):

@@ -21,7 +21,7 @@ from .._config import Config
 from .._exceptions import ActorDiedError, MeshStoppedError, endpoint_named
 from .._transport import Link, TransportClosed
 from . import _headers as hdr
-from . import _snapshot
+from . import _otel, _snapshot
 from ._debugger import paused
 from ._dispatch import Handler
 from ._early_calls import EarlyCalls
@@ -81,6 +81,7 @@ class _Delivery:
         "reply_bytes",
         "reply_conn",
         "req_id",
+        "trace",
         "view",
     )
 
@@ -112,9 +113,11 @@ class _Delivery:
         self.buffers = buffers
         self.hosted = hosted  # its mesh's name and the actor's point, for errors
         self.cancelled = False
-        # For its span in the process' timeline (``_timeline``), when one is kept.
-        self.arrived = time.monotonic() if RECORDER.on else 0.0
+        # For its span in the process' timeline (``_timeline``) and its metrics
+        # (``_otel``), when either is kept; the caller's trace context, if it sent one.
+        self.arrived = time.monotonic() if RECORDER.on or _otel.ACTIVE else 0.0
         self.reply_bytes = 0
+        self.trace: str | None = None
 
     @property
     def mesh_id(self) -> str:
@@ -146,7 +149,7 @@ class _Delivery:
         self.answered = True
         try:
             payload, buffers = dumps(value)
-            if RECORDER.on:
+            if RECORDER.on or _otel.ACTIVE:
                 self.reply_bytes = len(payload) + sum(b.raw().nbytes for b in buffers)
             max_bytes = self.host.config.max_message_bytes
             if len(payload) > max_bytes or buffers:
@@ -347,6 +350,8 @@ class Hosting:
     def _mailbox(self, name: str) -> Mailbox:
         config = self.config
         RECORDER.configure(config.timeline_spans if config.observe else 0)
+        if config.otel != "off":
+            _otel.configure(config, "worker", self._queue_depths)
         return Mailbox(
             self.loop,
             name,
@@ -354,8 +359,16 @@ class Hosting:
             new_loop=functools.partial(new_event_loop, self.config),
         )
 
+    def _queue_depths(self) -> list[tuple[str, int, int]]:
+        """Each hosted actor's queued messages (for ``actormesh.queue.depth``)."""
+        return [
+            (hosted.mesh_name, rank, len(hosted.mailbox.queued()))
+            for by_rank in list(self.hosted.values())
+            for rank, hosted in list(by_rank.items())
+        ]
+
     def _handle_call(self, conn: Link, header: tuple[Any, ...], parts: list[memoryview]) -> None:
-        req_id, mesh_id, ranks, endpoint, token, port, view = hdr.read(hdr.Call, header)
+        req_id, mesh_id, ranks, endpoint, token, port, view, trace = hdr.read(hdr.Call, header)
         reply_conn = self._reply_conns.get(token) if token is not None else None
         actors = self.hosted.get(mesh_id)
         if actors is None:
@@ -368,21 +381,11 @@ class Hosting:
             if hosted is None:
                 self._reply_missing(conn, req_id, rank, mesh_id, endpoint)
                 continue
-            hosted.mailbox.deliver(
-                _Delivery(
-                    self,
-                    conn,
-                    req_id,
-                    rank,
-                    endpoint,
-                    payload,
-                    buffers,
-                    hosted,
-                    reply_conn,
-                    port,
-                    view,
-                )
+            delivery = _Delivery(
+                self, conn, req_id, rank, endpoint, payload, buffers, hosted, reply_conn, port, view
             )
+            delivery.trace = trace
+            hosted.mailbox.deliver(delivery)
 
     def _handle_reply_to(self, conn: Link, header: tuple[Any, ...]) -> None:
         # A caller's loop will read replies here; it waits for this confirmation.

@@ -50,6 +50,7 @@ from collections.abc import Callable
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, Protocol
 
+from . import _otel
 from ._endpoint_stats import EndpointStats
 from ._timeline import RECORDER
 
@@ -524,8 +525,11 @@ class Mailbox:
     ) -> bool:
         """Run an ``async`` endpoint and answer; True when it returned, False if it raised."""
         token = CURRENT_MESSAGE.set(message)
+        traced = _otel.run_started(message) if _otel.ACTIVE else None
+        raised = True
         try:
             value = await host.invoke(message.endpoint, args, kwargs)
+            raised = False
         except BaseException as error:
             if self._closed and isinstance(error, asyncio.CancelledError):
                 from .._exceptions import MeshStoppedError
@@ -545,6 +549,8 @@ class Mailbox:
                 raise
             return False
         finally:
+            if traced is not None:
+                _otel.run_ended(traced, message, not raised)
             CURRENT_MESSAGE.reset(token)
         message.succeed(value)
         return True
@@ -555,6 +561,7 @@ class Mailbox:
     ) -> bool:
         """Run a ``def`` endpoint and answer; True when it returned, False if it raised."""
         token = CURRENT_MESSAGE.set(message)
+        traced = _otel.run_started(message) if _otel.ACTIVE else None
         ok = False
         try:
             value = host.invoke(message.endpoint, args, kwargs)
@@ -564,6 +571,8 @@ class Mailbox:
             message.succeed(value)
             ok = True
         finally:
+            if traced is not None:
+                _otel.run_ended(traced, message, ok)
             CURRENT_MESSAGE.reset(token)
         return ok
 

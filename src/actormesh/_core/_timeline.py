@@ -2,8 +2,10 @@
 
 Each message an actor runs leaves one span in a bounded ring of the process: which actor
 (mesh id and rank), which endpoint, when the message reached the mailbox, when it
-started and ended, whether it raised, and the bytes of its arguments and its answer. The
-ring keeps the last ``Config.timeline_spans`` spans (0: none are kept, and nothing is
+started and ended, whether it raised, and the bytes of its arguments and its answer.
+Each call the process makes (the controller's, an actor's to another mesh) leaves one
+entry in a second ring: when it was sent and when every rank had answered. Each ring
+keeps the last ``Config.timeline_spans`` entries (0: none are kept, and nothing is
 recorded). The controller takes a copy with an OBSERVE for ``"timeline"``
 (``actormesh._observe._timeline`` turns the copies into a Chrome trace); nothing is sent
 until it asks.
@@ -25,6 +27,8 @@ __all__ = ["RECORDER", "Recorder", "Span"]
 
 # (mesh id, rank, endpoint, arrived, started, ended, ok, bytes in, bytes out, req id, kind)
 Span = tuple[str, int, str, float, float, float, bool, int, int, int, str]
+# A call this process made: (mesh id, mesh name, endpoint, req id, sent, done, ranks, ok)
+Call = tuple[str, str, str, int, float, float, int, bool]
 
 
 class Recorder:
@@ -34,17 +38,28 @@ class Recorder:
     starts hosting actors.
     """
 
-    __slots__ = ("on", "spans")
+    __slots__ = ("calls", "on", "spans")
 
     def __init__(self) -> None:
         self.on = False
         self.spans: deque[Span] = deque(maxlen=1)
+        self.calls: deque[Call] = deque(maxlen=1)
 
     def configure(self, size: int) -> None:
-        """Keep the last ``size`` spans (0: keep none, record nothing)."""
+        """Keep the last ``size`` spans, and as many calls made (0: keep none, record
+        nothing)."""
         if size != self.spans.maxlen:
             self.spans = deque(self.spans, maxlen=max(1, size))
+            self.calls = deque(self.calls, maxlen=max(1, size))
         self.on = size > 0
+
+    def called(
+        self, mesh_id: str, mesh: str, endpoint: str, req_id: int, sent: float, ranks: int,
+        ok: bool,
+    ) -> None:  # fmt: skip
+        """This process' call to ``ranks`` actors, sent at ``sent``, is over (any thread;
+        only when ``on``)."""
+        self.calls.append((mesh_id, mesh, endpoint, req_id, sent, time.monotonic(), ranks, ok))
 
     def ran(self, message: Any, started: float, ok: bool, kind: str) -> None:
         """``message`` ran from ``started`` until now (any thread; only when ``on``)."""
@@ -75,9 +90,11 @@ class Recorder:
         given), with what is needed to place them: pid and the wall clock's offset."""
         offset = time.time() - time.monotonic()
         spans = list(self.spans)  # one step under the GIL: appends wait
+        calls = list(self.calls)
         if since is not None:
             spans = [span for span in spans if span[5] + offset >= since]
-        return {"pid": os.getpid(), "offset": offset, "spans": spans, "on": self.on}
+            calls = [call for call in calls if call[5] + offset >= since]
+        return {"pid": os.getpid(), "offset": offset, "spans": spans, "calls": calls, "on": self.on}
 
 
 RECORDER = Recorder()

@@ -61,6 +61,7 @@ from .._transport import (
 from ._agent_link import WorkerSpec
 from ._lease import Lease
 from ._lifetime import serve
+from ._native_stacks import native_stacks
 from ._process import ChildProcess
 from ._reduction import Reduction
 from ._runtime import Runtime
@@ -189,6 +190,8 @@ class Agent:
             self.runtime.loop.create_task(self._answer(conn, req_id, self._spawn(*args)))
         elif op == "relaunch":
             self.runtime.loop.create_task(self._answer(conn, req_id, self._relaunch(*args)))
+        elif op == "native":
+            self.runtime.loop.create_task(self._answer(conn, req_id, self._native(*args)))
         elif op == "signal":
             self._signal(*args)
         elif op == "release":
@@ -227,6 +230,14 @@ class Agent:
         new = await self.runtime.relaunch(self._workers[address])  # same address, same port
         self._workers[new.listen_path] = new
         return new.pid
+
+    async def _native(self, address: str, timeout: float) -> dict[str, Any]:
+        """The worker's threads through py-spy, run here, on its host
+        (``actormesh stacks --native``)."""
+        worker = self._workers.get(address)
+        if worker is None:
+            return {"error": f"no worker at {address} on this host"}
+        return await native_stacks(worker.pid, timeout)
 
     def _release(self, address: str) -> None:
         """The owner will not restart the dead worker at ``address``: let its port go."""

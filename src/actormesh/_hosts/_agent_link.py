@@ -238,6 +238,12 @@ class AgentLink:
         count: int = await self._request("replay")
         return count
 
+    async def native_stacks(self, address: str, timeout: float) -> dict[str, Any]:
+        """The threads of the worker at ``address`` as py-spy, run by the agent on its
+        host, sees them (``_native_stacks``; loop thread)."""
+        answer: dict[str, Any] = await self._request("native", address, timeout)
+        return answer
+
     def signal(self, address: str, sig: int) -> None:
         """Ask the agent to send ``sig`` to the worker at ``address`` (fire and forget)."""
         self._tell("signal", address, int(sig))

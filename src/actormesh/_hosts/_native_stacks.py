@@ -10,6 +10,8 @@ interpreter or on ``PATH``. It must be allowed to trace the process: root or
 ``CAP_SYS_PTRACE`` may always; otherwise, where Yama's ``ptrace_scope`` is 1 (Ubuntu's
 default), only ancestors may, so each worker names its owner as its tracer
 (``let_owner_trace``), which lets the owner's children, py-spy among them, attach.
+The owner runs it: the controller for its own workers, a host agent for its host's
+(asked with a ``HOST`` operation, ``native``).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from typing import Any
 
 from .._config import Config
 from .._core import CoreRuntime, Deferrals, Resume, headers, loads
+from .._core import otel as _otel
 from .._exceptions import ActorDiedError
 from .._transport import (
     Connection,
@@ -114,6 +115,8 @@ class Runtime(CoreRuntime):
         events = self.events
         if events is not None:
             events.record(kind, **fields)
+        if _otel.ACTIVE:
+            _otel.event(kind, fields)
 
     def shutdown(self) -> None:
         super().shutdown()

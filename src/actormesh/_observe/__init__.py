@@ -14,6 +14,7 @@ import os
 import threading
 from typing import Any
 
+from .._core import RECORDER, otel
 from .._hosts import Runtime
 from ._hub import DebugHub
 from ._metric_backends import (
@@ -61,6 +62,11 @@ class Observer:
 
         self.runtime = runtime
         self.meshes = Meshes(runtime)
+        config = runtime.config
+        # The calls this controller makes, for timelines (see _core._timeline).
+        RECORDER.configure(config.timeline_spans if config.observe else 0)
+        if config.otel != "off":
+            otel.configure(config, "controller")
         self.address = job_address() if runtime.config.observe else None
         self.hub = DebugHub(runtime, job=str(os.getpid()) if self.address else None)
         runtime.frame_kinds[headers.DEBUG] = self.hub.on_frame

@@ -43,12 +43,22 @@ class MetricLogger:
         backends: where each step goes (``ConsoleBackend``, ``JsonlBackend``,
             ``TensorBoardBackend``, ``WandbBackend``, or any ``MetricBackend``).
         timeout: seconds each process gets to answer a flush.
+        per_rank: also write each process' own reduction of each key, as
+            ``<key>/<mesh>_<rank>`` (``loss/trainer_3``; the controller's as
+            ``<key>/controller``), as torchforge's ``per_rank_reduce`` does: which rank
+            was slow in step 4212, or diverged.
 
     Raises:
         TypeError: a backend without ``write`` and ``close``.
     """
 
-    def __init__(self, backends: Sequence[MetricBackend] = (), *, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        backends: Sequence[MetricBackend] = (),
+        *,
+        timeout: float = 5.0,
+        per_rank: bool = False,
+    ) -> None:
         for backend in backends:
             if not isinstance(backend, MetricBackend):
                 raise TypeError(
@@ -59,6 +69,7 @@ class MetricLogger:
             raise ValueError(f"MetricLogger: timeout must be positive, not {timeout!r}")
         self.backends = list(backends)
         self.timeout = timeout
+        self.per_rank = per_rank
         self._closed = False
 
     def flush(self, step: int) -> Future[dict[str, float]]:
@@ -77,18 +88,25 @@ class MetricLogger:
 
         runtime = Runtime.get()
         found = observer(runtime)
-        paths = found.meshes.processes() if found is not None else set()
-        return from_concurrent(runtime, runtime.submit(self._flush(runtime, paths, step)))
+        labels: dict[str, str] = {}  # process path -> "<mesh>_<rank>" (its first mesh's)
+        for ref in found.meshes.live() if found is not None else ():
+            for rank, path in enumerate(ref.paths):
+                labels.setdefault(path, f"{ref.name}_{rank}")
+        return from_concurrent(runtime, runtime.submit(self._flush(runtime, labels, step)))
 
-    async def _flush(self, runtime: Any, paths: set[str], step: int) -> dict[str, float]:
-        answers = await observe(runtime, paths, "metrics", self.timeout)
-        states: list[dict[str, State]] = [metrics.take()]
+    async def _flush(self, runtime: Any, labels: dict[str, str], step: int) -> dict[str, float]:
+        answers = await observe(runtime, labels, "metrics", self.timeout)
+        states: dict[str, dict[str, State]] = {"controller": metrics.take()}
         for path, answer in answers.items():
             if "error" in answer:
                 log.warning("metrics of %s not collected at step %d: %s", path, step, answer)
                 continue
-            states.append(answer["metrics"])
-        values, _, conflicts = reduce_states(states)
+            states[labels[path]] = answer["metrics"]
+        values, _, conflicts = reduce_states(states.values())
+        if self.per_rank:
+            for label, own in sorted(states.items()):
+                for key, value in reduce_states([own])[0].items():
+                    values[f"{key}/{label}"] = value
         if conflicts:
             log.warning(
                 "metrics recorded with different reductions by different ranks: %s",

@@ -68,10 +68,6 @@ class Meshes:
                 picked.append(ref)
         return picked
 
-    def processes(self) -> set[str]:
-        """The paths of the processes of every live mesh (loop thread)."""
-        return {path for ref in self._live(None) for path in ref.paths}
-
     def live(self, name: str | None = None) -> list[MeshRef]:
         """The live meshes (those named ``name``, when given)."""
         return self._live(name)
@@ -174,9 +170,16 @@ async def _native(runtime: Any, paths: set[str], timeout: float) -> dict[str, di
 
     async def one(path: str) -> dict[str, Any]:
         child = runtime._children.get(path)
+        wait = max(timeout, 10.0)
+        link = getattr(child, "link", None)
+        if link is not None:  # behind a host agent: py-spy runs there, on its host
+            try:
+                return await asyncio.wait_for(link.native_stacks(path, wait), wait + 5.0)
+            except Exception as error:
+                return {"error": f"its host agent did not say: {error}"}
         if child is None or not getattr(child, "local", False):
-            return {"error": "not a process this controller started on this host"}
-        return await native_stacks(child.pid, max(timeout, 10.0))
+            return {"error": "not a process this controller started"}
+        return await native_stacks(child.pid, wait)
 
     found = await asyncio.gather(*(one(path) for path in paths))
     return dict(zip(paths, found))

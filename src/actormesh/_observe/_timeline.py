@@ -13,6 +13,9 @@ writes them in the Trace Event Format (JSON), which https://ui.perfetto.dev and
   in the actor's mailbox (``queue_ms``), the bytes of its arguments and its answer, the
   request id and how it ran (``def``, ``async``, ``concurrent``). A call of a concurrent
   endpoint, which may overlap others, is an async slice (``"ph": "b"``/``"e"``) instead;
+- one async slice (category ``call``) per call each process made, from its sending to
+  its last answer, on a thread track ``calls made`` (the controller is a process of the
+  trace too, for its calls);
 - one async slice (``"ph": "b"``/``"e"``, category ``queue``) per call that arrived
   while another ran and so waited in the mailbox, from its arrival to its start (every
   call's wait, a hand-off between threads included, is in its ``queue_ms``).
@@ -36,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from .._api import Future, MeshRef, point_of
-from .._core import Span, observe
+from .._core import RECORDER, Span, observe
 from .._hosts import Runtime
 
 __all__ = ["collect", "timeline", "trace_events", "write_trace"]
@@ -104,7 +107,7 @@ async def collect(
     paths = sorted({path for ref in refs for path in ref.paths})
     answers = await observe(runtime, paths, what, timeout)
     hosts = {path: _host(runtime, path) for path in paths}
-    return trace_events(refs, answers, hosts, since)
+    return trace_events(refs, answers, hosts, since, RECORDER.take(since))
 
 
 def _host(runtime: Any, path: str) -> str:
@@ -117,18 +120,30 @@ def trace_events(
     answers: dict[str, dict[str, Any]],
     hosts: dict[str, str],
     since: float | None,
+    controller: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Build the trace (see the module docstring) from each process' answer."""
+    """Build the trace (see the module docstring) from each process' answer and the
+    controller's own ring (its calls)."""
     by_id = {ref.mesh_id: ref for ref in refs}
     events: list[dict[str, Any]] = []
     missing: dict[str, str] = {}
     ids = itertools.count(1)  # of async slices, unique in the trace
-    for index, path in enumerate(sorted(answers), 1):
+    made = _calls_made(controller, by_id, 1, ids) if controller is not None else []
+    if made:
+        assert controller is not None
+        label = f"controller (pid {controller['pid']} on {socket.gethostname()})"
+        events.append(_meta("process_name", 1, 0, label))
+        events.append(_meta("process_sort_index", 1, 0, 0, key="sort_index"))
+        events.extend(made)
+    for index, path in enumerate(sorted(answers), 2):
         answer = answers[path]
         if "error" in answer:
             missing[path] = str(answer["error"])
             continue
         offset = float(answer["offset"])
+        if controller is None or answer.get("pid") != controller["pid"]:
+            # (The controller hosting actors itself answers too: its calls are in already.)
+            events.extend(_calls_made(answer, by_id, index, ids))
         actors: dict[tuple[str, int], int] = {}
         busy_until: dict[int, float] = {}  # by thread: when its last call ended
         for span in answer["spans"]:  # in the order they ended
@@ -161,6 +176,29 @@ def trace_events(
             "missing": missing,
         },
     }
+
+
+_CALLS_TID = 1_000_000  # the thread track of the calls a process made
+
+
+def _calls_made(
+    answer: dict[str, Any], by_id: dict[str, MeshRef], pid: int, ids: Iterator[int]
+) -> list[dict[str, Any]]:
+    """The calls a process made to the meshes ``by_id``, as async slices (they overlap
+    when pipelined) on a thread track of their own, ``calls made``."""
+    calls = [call for call in answer.get("calls") or () if call[0] in by_id]
+    if not calls:
+        return []
+    offset = float(answer["offset"])
+    events = [_meta("thread_name", pid, _CALLS_TID, "calls made")]
+    for _, mesh, endpoint, req_id, sent, done, ranks, ok in calls:
+        slice_id = next(ids)
+        where = {"name": f"{mesh}.{endpoint}", "cat": "call", "id": slice_id, "pid": pid,
+                 "tid": _CALLS_TID}  # fmt: skip
+        args = {"ranks": ranks, "req_id": req_id, "ok": ok}
+        events.append({"ph": "b", "ts": _us(sent + offset), "args": args, **where})
+        events.append({"ph": "e", "ts": _us(done + offset), **where})
+    return events
 
 
 def _call(
