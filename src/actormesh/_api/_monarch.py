@@ -128,9 +128,10 @@ TRUST_ALL_CONNECTIONS = "trust_all_connections"
 
 
 def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = None) -> NoReturn:
-    """Serve as this host's agent for an owner that attaches at ``address``
-    (``attach_to_workers``); this process exits when that owner lets it go (shuts its
-    host mesh down) or goes away.
+    """Serve as this host's agent for owners that attach at ``address``
+    (``attach_to_workers``), one after another: when an owner goes away (exits, dies),
+    what it started here ends and the next owner is served at the same address. This
+    process exits when an owner shuts its host mesh down.
 
     ``address``: ``tcp://HOST:PORT``, ``tcp://HOST:fdN`` (a TCP socket this process
     inherited, bound already), ``ipc://PATH`` (a Unix socket), ``DIAL@BIND`` (listen at
@@ -149,10 +150,10 @@ def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = 
         OSError: it cannot be listened at (``listen: ...``).
     """
     del private_key
-    from .._hosts._agent import serve_agent_listening
+    from .._hosts._worker_loop import serve_worker_loop
 
     parse_worker_address(address)
-    serve_agent_listening(address, _secret(ca))
+    serve_worker_loop(address, _secret(ca))
 
 
 def run_worker_loop_until_shutdown(
