@@ -9,9 +9,11 @@ script): ``python -m job_programs PHASE ARGS_JSON`` prints one line of JSON.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
+import struct
 import sys
 import time
 from typing import Any
@@ -27,24 +29,35 @@ def _parent(pid: int) -> int:
         return int(file.read().rsplit(")", 1)[1].split()[1])
 
 
+def _addresses() -> list[str]:
+    """This host's IPv4 addresses, loopback left out (no name is resolved)."""
+    found = []
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                answer = fcntl.ioctl(probe.fileno(), 0x8915, request)  # SIOCGIFADDR
+            except OSError:
+                continue  # no IPv4 address on it
+            address = socket.inet_ntoa(answer[20:24])
+            if not address.startswith("127."):
+                found.append(address)
+    finally:
+        probe.close()
+    return sorted(found)
+
+
 class Where(Actor):
     """Says where it runs: its rank, its host's worker loop, its host's address."""
 
     @endpoint
     def where(self) -> dict[str, Any]:
         agent = os.getppid()  # a worker is its host agent's child; the agent, the loop's
-        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            probe.connect(("10.255.255.254", 9))  # no packet: picks the outgoing interface
-            ip = probe.getsockname()[0]
-        except OSError:
-            ip = "127.0.0.1"
-        finally:
-            probe.close()
         return {
             "rank": dict(current_rank()),
             "loop": _parent(agent),
-            "ip": ip,
+            "ips": _addresses(),
             "netns": os.readlink("/proc/self/ns/net"),
         }
 
