@@ -71,10 +71,6 @@ def test_names_that_need_what_this_machine_lacks_say_so() -> None:
     for cls in (KubernetesJob, ImageSpec, KubeConfig):
         with pytest.raises(NotImplementedError, match="Kubernetes"):
             cls()
-    with pytest.raises(NotImplementedError, match="telemetry"):
-        TelemetryConfig()
-    with pytest.raises(NotImplementedError, match="admin"):
-        MeshAdminConfig()
     with pytest.raises(NotImplementedError, match="port forwarding"):
         PortForwarder()
     with pytest.raises(NotImplementedError, match="exec_command"):
@@ -82,13 +78,26 @@ def test_names_that_need_what_this_machine_lacks_say_so() -> None:
     with pytest.raises(NotImplementedError, match="gateway"):
         SlurmJob({"hosts": 1}, out_of_cluster=True)
     job = LocalJob()
-    for method in (job.enable_telemetry, job.enable_admin):
-        with pytest.raises(NotImplementedError):
-            method()
+    with pytest.raises(NotImplementedError, match="telemetry"):
+        job.profile()
     with pytest.raises(NotImplementedError, match="FUSE"):
         job.remote_mount("/tmp")
     with pytest.raises(NotImplementedError, match="batch mode"):
         job.apply(client_script="train.py")
+
+
+def test_telemetry_and_admin_settings_are_accepted_and_record_nothing() -> None:
+    job = LocalJob().enable_telemetry(TelemetryConfig(batch_size=3)).enable_admin(MeshAdminConfig())
+    with pytest.raises(RuntimeError, match="not active"):
+        job.telemetry_query_client()
+    state = job.state(cached_path=None)
+    assert (state.telemetry_url, state.admin_url, state.query_engine) == (None, None, None)
+    with pytest.raises(RuntimeError, match="runs no telemetry service"):
+        job.telemetry_query_client()
+    plain = LocalJob()
+    plain.apply()
+    with pytest.raises(RuntimeError, match="no distributed telemetry configured"):
+        plain.telemetry_query_client()
 
 
 def test_bad_specifications_are_refused_where_they_are_made() -> None:

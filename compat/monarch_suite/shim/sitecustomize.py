@@ -10,7 +10,7 @@ all import it at start-up. It installs a finder for the name ``monarch``:
 - a name imported from an internal module that is, in Monarch, the public object of the
   same name (``monarch._src.actor.host_mesh.this_host``) maps to actormesh's public name;
 - every other module of Monarch (``monarch._src``, ``monarch._rust_bindings``,
-  ``monarch.config``, ``monarch.job``...) imports, but each of its names is a stand-in
+  ``monarch.config``...) imports, but each of its names is a stand-in
   that raises ``MonarchInternalUsed`` when a test uses it (calls it, reads an attribute,
   checks ``isinstance`` against it). Merely importing or annotating with one is no use.
 
@@ -33,6 +33,7 @@ from typing import Any
 _MAPPING = json.loads((Path(__file__).resolve().parent / "mapping.json").read_text())
 _MODULES: dict[str, str] = _MAPPING["modules"]
 _ALIASES: dict[str, str] = _MAPPING["aliases"]  # "module:name" -> actormesh.actor name
+# (or "job.Name": a name of another public module)
 _UNMAPPED: set[str] = set(_MAPPING["unmapped"])
 
 
@@ -101,8 +102,10 @@ def _internal_module(name: str) -> types.ModuleType:
         if attr.startswith("__"):
             raise AttributeError(attr)
         alias = _ALIASES.get(f"{name}:{attr}")
-        if alias is not None:
-            return getattr(importlib.import_module("actormesh.actor"), alias)
+        if alias is not None:  # "Name" of actormesh.actor, or "module.Name"
+            module_name, _, public = alias.rpartition(".")
+            where = f"actormesh.{module_name}" if module_name else "actormesh.actor"
+            return getattr(importlib.import_module(where), public)
         value = _PLUMBING.get(name, {}).get(attr) or _stand_in(name, attr)
         setattr(module, attr, value)
         return value

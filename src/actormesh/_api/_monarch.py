@@ -267,6 +267,18 @@ class Uid:
     def instance(cls, label: str | None = None) -> Uid:
         return cls(label, uuid.uuid4().hex[:12])
 
+    @classmethod
+    def instance_from_value(cls, value: int, label: str | None = None) -> Uid:
+        """The instance id of a chosen 64-bit ``value`` (a launcher's ids for its hosts)."""
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+            raise ValueError(f"a uid value is an int in [0, 2**64), not {value!r}")
+        return cls(label, f"{value:016x}")
+
+    @property
+    def is_instance(self) -> bool:
+        """True: every actormesh uid names one instance (there are no singletons)."""
+        return True
+
     def __str__(self) -> str:
         return f"{self.label}<{self.value}>" if self.label else self.value
 

@@ -34,14 +34,14 @@ from ._local import LocalJob as LocalJob
 from ._process import ProcessJob as ProcessJob
 from ._process import hosts_from_config as hosts_from_config
 from ._slurm import SlurmJob as SlurmJob
+from ._telemetry import MeshAdminConfig as MeshAdminConfig
+from ._telemetry import TelemetryConfig as TelemetryConfig
 from ._trait import DEFAULT_JOB_PATH as DEFAULT_JOB_PATH
 from ._trait import JobState as JobState
 from ._trait import JobTrait as JobTrait
 from ._trait import job_load as job_load
 from ._trait import job_loads as job_loads
-from ._unsupported import MeshAdminConfig as MeshAdminConfig
 from ._unsupported import PortForwarder as PortForwarder
-from ._unsupported import TelemetryConfig as TelemetryConfig
 from ._unsupported import shell as shell
 
 __all__ = [

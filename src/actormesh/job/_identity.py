@@ -40,8 +40,10 @@ def new_service_proc_id() -> ProcId:
 
 def allocate_service_proc_ids(count: int) -> list[ProcId]:
     """``count`` distinct, related proc ids for the hosts of one job."""
-    base = secrets.randbits(48)
-    return [ProcId(Uid("service", f"{(base + rank) & (2**48 - 1):012x}")) for rank in range(count)]
+    base = secrets.randbits(64)
+    return [
+        ProcId(Uid.instance_from_value((base + rank) % 2**64, "service")) for rank in range(count)
+    ]
 
 
 def serialize_service_proc_ids(proc_ids: Sequence[ProcId]) -> str:

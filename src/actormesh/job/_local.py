@@ -34,5 +34,8 @@ class LocalJob(JobTrait):
         # Nothing is allocated: the specification itself (its names) always wins.
         return False
 
+    def _is_running(self) -> bool:
+        return True  # nothing to poll: this host is always there
+
     def _kill(self) -> None:
         pass

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
 from .._api._host_mesh import HostMesh
+from ._telemetry import MeshAdminConfig, TelemetryConfig
 
 __all__ = ["DEFAULT_JOB_PATH", "JobState", "JobTrait", "job_load", "job_loads"]
 
@@ -41,6 +42,12 @@ class JobState:
 
     def __init__(self, hosts: Mapping[str, HostMesh]) -> None:
         self._hosts = dict(hosts)
+        # Monarch's telemetry and admin endpoints: actormesh runs neither service.
+        self.query_engine: Any = None
+        self.query_engine_client: Any = None
+        self.telemetry_url: str | None = None
+        self.dashboard_url: str | None = None
+        self.admin_url: str | None = None
 
     def __getattr__(self, attr: str) -> HostMesh:
         if attr.startswith("__"):  # copy and pickle probe these: not mesh names
@@ -217,27 +224,57 @@ class JobTrait(ABC):
 
     # -- what Monarch has and actormesh does not ----------------------------------------
 
-    def enable_telemetry(self, config: Any = None, **kwargs: Any) -> JobTrait:
-        """Monarch's distributed telemetry service.
+    def enable_telemetry(
+        self, config: TelemetryConfig | None = None, *, mesh_admin_config: Any = None, **kwargs: Any
+    ) -> JobTrait:
+        """Monarch's distributed telemetry, accepted so such programs run: the settings
+        are kept, nothing is recorded, and ``state()``'s telemetry URLs stay ``None``."""
+        self._telemetry = config if config is not None else TelemetryConfig(**kwargs)
+        if mesh_admin_config is not None:
+            self._admin = mesh_admin_config
+        return self
+
+    def enable_admin(self, config: MeshAdminConfig | None = None, **kwargs: Any) -> JobTrait:
+        """Monarch's mesh admin agent, accepted: actormesh has none (``actormesh top``
+        and ``stacks`` look at a running job); ``state().admin_url`` stays ``None``."""
+        self._admin = config if config is not None else MeshAdminConfig(**kwargs)
+        return self
+
+    def telemetry_query_client(self) -> Any:
+        """Monarch's query client of a running job's telemetry service.
+
+        Raises:
+            RuntimeError: the job is not active, no longer running, has no telemetry
+                configured, or (always, in the end) there is no service to query.
+        """
+        running = self._running
+        if running is None:
+            raise RuntimeError("the saved job is not active")
+        if not running._is_running():
+            raise RuntimeError("the active job is no longer running or healthy")
+        if getattr(self, "_telemetry", None) is None:
+            raise RuntimeError(
+                "the active job has no distributed telemetry configured; call "
+                "job.enable_telemetry() and apply it again"
+            )
+        if self.apply_id is None:
+            raise RuntimeError("the active job has no apply id: apply it again")
+        raise RuntimeError(
+            "could not connect to distributed telemetry: actormesh runs no telemetry "
+            "service (docs/from-monarch.md)"
+        )
+
+    def profile(self, *, on_trace_ready: Any = None) -> Any:
+        """Monarch's profiler over the job's telemetry.
 
         Raises:
             NotImplementedError: always; actormesh records no telemetry.
         """
-        raise NotImplementedError(
-            "actormesh records no telemetry (no job telemetry service, no profiler): "
-            "docs/from-monarch.md"
-        )
+        raise NotImplementedError("actormesh records no telemetry: job.profile() has no data")
 
-    def enable_admin(self, config: Any = None, **kwargs: Any) -> JobTrait:
-        """Monarch's mesh admin agent.
-
-        Raises:
-            NotImplementedError: always; ``actormesh top`` and ``stacks`` look at jobs.
-        """
-        raise NotImplementedError(
-            "actormesh has no mesh admin agent; use `actormesh top` / `actormesh stacks` "
-            "(docs/observability.md)"
-        )
+    def _is_running(self) -> bool:
+        """Whether the allocation still runs, without attaching to it."""
+        return self.can_run(self)
 
     def remote_mount(self, source: str, *args: Any, **kwargs: Any) -> None:
         """Monarch's FUSE mount of a local directory on the workers.

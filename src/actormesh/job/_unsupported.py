@@ -7,7 +7,7 @@ from typing import Any, NoReturn
 
 from .._api._host_mesh import HostMesh
 
-__all__ = ["MeshAdminConfig", "PortForwarder", "TelemetryConfig", "shell"]
+__all__ = ["PortForwarder", "shell"]
 
 
 class _Unsupported:
@@ -17,18 +17,6 @@ class _Unsupported:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError(f"{type(self).__name__}: {self.why}")
-
-
-class TelemetryConfig(_Unsupported):
-    """Monarch's distributed telemetry settings."""
-
-    why = "actormesh records no telemetry (no job telemetry service, no profiler)"
-
-
-class MeshAdminConfig(_Unsupported):
-    """Monarch's mesh admin agent settings."""
-
-    why = "actormesh has no mesh admin agent; `actormesh top` and `stacks` look at jobs"
 
 
 class PortForwarder(_Unsupported):
