@@ -16,7 +16,6 @@ from actormesh.job import (
     JobState,
     LocalJob,
     MeshAdminConfig,
-    PortForwarder,
     ProcessJob,
     SlurmJob,
     TelemetryConfig,
@@ -71,8 +70,6 @@ def test_names_that_need_what_this_machine_lacks_say_so() -> None:
     for cls in (KubernetesJob, ImageSpec, KubeConfig):
         with pytest.raises(NotImplementedError, match="Kubernetes"):
             cls()
-    with pytest.raises(NotImplementedError, match="port forwarding"):
-        PortForwarder()
     with pytest.raises(NotImplementedError, match="exec_command"):
         shell(this_host())
     with pytest.raises(NotImplementedError, match="gateway"):

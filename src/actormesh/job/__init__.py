@@ -31,6 +31,7 @@ from ._identity import serialize_service_proc_ids as serialize_service_proc_ids
 from ._identity import service_proc_addr as service_proc_addr
 from ._identity import service_proc_addrs as service_proc_addrs
 from ._local import LocalJob as LocalJob
+from ._port_forward import PortForwarder as PortForwarder
 from ._process import ProcessJob as ProcessJob
 from ._process import hosts_from_config as hosts_from_config
 from ._slurm import SlurmJob as SlurmJob
@@ -41,7 +42,6 @@ from ._trait import JobState as JobState
 from ._trait import JobTrait as JobTrait
 from ._trait import job_load as job_load
 from ._trait import job_loads as job_loads
-from ._unsupported import PortForwarder as PortForwarder
 from ._unsupported import shell as shell
 
 __all__ = [

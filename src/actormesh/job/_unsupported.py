@@ -7,7 +7,7 @@ from typing import Any, NoReturn
 
 from .._api._host_mesh import HostMesh
 
-__all__ = ["PortForwarder", "shell"]
+__all__ = ["shell"]
 
 
 class _Unsupported:
@@ -17,12 +17,6 @@ class _Unsupported:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError(f"{type(self).__name__}: {self.why}")
-
-
-class PortForwarder(_Unsupported):
-    """Monarch's TCP port forwarding between process meshes."""
-
-    why = "TCP port forwarding between process meshes is not in actormesh yet"
 
 
 def shell(
