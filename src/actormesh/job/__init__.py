@@ -34,6 +34,7 @@ from ._local import LocalJob as LocalJob
 from ._port_forward import PortForwarder as PortForwarder
 from ._process import ProcessJob as ProcessJob
 from ._process import hosts_from_config as hosts_from_config
+from ._shell import shell as shell
 from ._slurm import SlurmJob as SlurmJob
 from ._telemetry import MeshAdminConfig as MeshAdminConfig
 from ._telemetry import TelemetryConfig as TelemetryConfig
@@ -42,7 +43,6 @@ from ._trait import JobState as JobState
 from ._trait import JobTrait as JobTrait
 from ._trait import job_load as job_load
 from ._trait import job_loads as job_loads
-from ._unsupported import shell as shell
 
 __all__ = [
     "DEFAULT_JOB_PATH",

@@ -1,13 +1,11 @@
-"""Names of ``monarch.job`` that need what actormesh does not have; each raises
-``NotImplementedError`` saying what (docs/from-monarch.md lists them)."""
+"""The base of ``monarch.job``'s names that need what actormesh does not have: each
+raises ``NotImplementedError`` saying what (docs/from-monarch.md lists them)."""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
-from .._api._host_mesh import HostMesh
-
-__all__ = ["shell"]
+__all__: list[str] = []
 
 
 class _Unsupported:
@@ -17,20 +15,3 @@ class _Unsupported:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError(f"{type(self).__name__}: {self.why}")
-
-
-def shell(
-    host_mesh_singleton: HostMesh, *, env: dict[str, str] | None = None, workdir: str | None = None
-) -> NoReturn:
-    """Monarch's interactive shell on one host of a job.
-
-    Raises:
-        ValueError: the mesh has more than one host (as Monarch's).
-        NotImplementedError: otherwise; not in actormesh yet.
-    """
-    if host_mesh_singleton.size() != 1:
-        raise ValueError("shell requires a singleton HostMesh; slice the mesh to one host first")
-    raise NotImplementedError(
-        "an interactive shell on a job's host is not in actormesh yet; "
-        "exec_command(host, ['cmd', ...]) runs a command there"
-    )
