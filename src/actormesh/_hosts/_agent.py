@@ -58,9 +58,9 @@ from ._process import ChildProcess
 from ._runtime import Runtime
 
 __all__ = [
-    "LOOP_FD_ENV",
     "Agent",
     "HostInfo",
+    "LOOP_FD_ENV",
     "dial_agent",
     "main",
     "serve_agent",

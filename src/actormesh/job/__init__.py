@@ -46,14 +46,14 @@ from ._trait import job_loads as job_loads
 
 __all__ = [
     "DEFAULT_JOB_PATH",
-    "SERVICE_PROC_IDS_ENV",
-    "SERVICE_PROC_RANK_ENV",
     "JobState",
     "JobTrait",
     "LocalJob",
     "MeshAdminConfig",
     "PortForwarder",
     "ProcessJob",
+    "SERVICE_PROC_IDS_ENV",
+    "SERVICE_PROC_RANK_ENV",
     "SlurmJob",
     "TelemetryConfig",
     "deserialize_service_proc_ids",
