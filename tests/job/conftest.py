@@ -1,31 +1,14 @@
-"""Fixtures of the job tests: controllers run as processes of their own
-(``job_programs.py``), as a user re-runs a script; this directory is put on
-``PYTHONPATH`` so they (and their workers) import the actor class by module name."""
+"""Set-up of the job tests: controllers run as processes of their own
+(``job_programs.py``, through ``job_support.run_controller``), as a user re-runs a
+script; this directory is put on ``PYTHONPATH`` so they (and their workers) import the
+actor class by module name."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p
 )
-
-
-def run_controller(phase: str, args: dict[str, Any], *, timeout: float = 150) -> dict[str, Any]:
-    """Run ``job_programs.py PHASE`` as a fresh process; the JSON it printed last."""
-    done = subprocess.run(
-        [sys.executable, "-m", "job_programs", phase, json.dumps(args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=HERE,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result

@@ -26,7 +26,6 @@ from actormesh.job import (
     serialize_service_proc_ids,
     service_proc_addrs,
     set_current_job,
-    shell,
 )
 from actormesh.job._identity import allocate_service_proc_ids
 from actormesh.job.kubernetes import ImageSpec, KubeConfig, KubernetesJob
@@ -70,8 +69,6 @@ def test_names_that_need_what_this_machine_lacks_say_so() -> None:
     for cls in (KubernetesJob, ImageSpec, KubeConfig):
         with pytest.raises(NotImplementedError, match="Kubernetes"):
             cls()
-    with pytest.raises(NotImplementedError, match="exec_command"):
-        shell(this_host())
     with pytest.raises(NotImplementedError, match="gateway"):
         SlurmJob({"hosts": 1}, out_of_cluster=True)
     job = LocalJob()

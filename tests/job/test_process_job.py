@@ -14,9 +14,9 @@ from actormesh.job import ProcessJob, job_load
 from actormesh.job._sessions import live_in_sessions
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.job
-    from tests.job.conftest import run_controller
+    from tests.job.job_support import run_controller
 else:
-    from conftest import run_controller
+    from job_support import run_controller
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = Program(REPO / "compat" / "monarch" / "job_process.py", "monarch")

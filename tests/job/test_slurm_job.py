@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.job
-    from tests.job.conftest import run_controller
+    from tests.job.job_support import run_controller
 else:
-    from conftest import run_controller
+    from job_support import run_controller
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "slurm-cluster"
