@@ -2,8 +2,9 @@
 network namespace of its own, started by ``scripts/slurm-cluster`` (see its header).
 
 A job of three nodes gets its host meshes, runs calls across them (each actor reports its
-host's network namespace and IP); a re-run of the controller, a new process, re-attaches
-to the same allocation (the same Slurm job id, no new ``sbatch``, the same worker loops);
+host's network namespace and IP); a controller without the job's secret is refused; a
+re-run of the controller, a new process, re-attaches to the same allocation (the same
+Slurm job id, no new ``sbatch``, the same worker loops);
 ``kill()`` leaves nothing in Slurm's queue and no process but slurmd in any namespace.
 Skipped, with the reason, where Slurm is not installed (``scripts/slurm-cluster start``
 installs it) or namespaces cannot be made.
@@ -12,6 +13,7 @@ installs it) or namespaces cannot be made.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -21,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.job
-    from tests.job.job_support import run_controller
+    from tests.job.job_support import controller_error, run_controller
 else:
-    from job_support import run_controller
+    from job_support import controller_error, run_controller
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "slurm-cluster"
@@ -96,6 +98,9 @@ def _where(result: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.mark.timeout(600)
 def test_a_slurm_job_runs_reattaches_and_is_killed_to_nothing(slurm: Path, tmp_path: Path) -> None:
     cache = tmp_path / ".monarch" / "job_state.pkl"
+    # The job's secret: sbatch hands the submitting environment to the worker loops, so
+    # every controller after the first must prove it (the loops listen on TCP).
+    secret = {**os.environ, "ACTORMESH_SECRET": secrets.token_hex(16)}
     args = {
         "kind": "slurm",
         "meshes": {"trainers": 2, "eval": 1},
@@ -104,7 +109,7 @@ def test_a_slurm_job_runs_reattaches_and_is_killed_to_nothing(slurm: Path, tmp_p
         "cache": str(cache),
     }
     try:
-        first = run_controller("controller", args)
+        first = run_controller("controller", args, env=secret)
         job_id = first["slurm_job_id"]
         assert _queue() == [f"{job_id} RUNNING"]
         where = _where(first)
@@ -113,7 +118,10 @@ def test_a_slurm_job_runs_reattaches_and_is_killed_to_nothing(slurm: Path, tmp_p
         assert sorted(ip for w in where for ip in w["ips"]) == NODE_IPS
         assert [w["rank"] for w in first["meshes"]["trainers"]] == [{"hosts": 0}, {"hosts": 1}]
 
-        second = run_controller("controller", args)
+        no_secret = {k: v for k, v in secret.items() if k != "ACTORMESH_SECRET"}
+        refused = controller_error("controller", args, env=no_secret)
+        assert "AuthenticationError" in refused and "ACTORMESH_SECRET" in refused
+        second = run_controller("controller", args, env=secret)
         # The same allocation: no new sbatch, the very same worker loops on the nodes.
         assert second["slurm_job_id"] == job_id
         assert second["apply_id"] == first["apply_id"]
@@ -126,6 +134,6 @@ def test_a_slurm_job_runs_reattaches_and_is_killed_to_nothing(slurm: Path, tmp_p
         )
     finally:
         if cache.exists():
-            assert run_controller("kill", {"cache": str(cache)}) == {"active": False}
+            assert run_controller("kill", {"cache": str(cache)}, env=secret) == {"active": False}
     assert _queue() == []
     assert _processes_on_nodes() == []
