@@ -105,7 +105,7 @@ class ProcessJob(JobTrait):
         self._tmpdir: str | None = None
 
     def _create(self, client_script: str | None) -> None:
-        self._tmpdir = tempfile.mkdtemp(prefix="actormesh_process_job_")
+        self._tmpdir = tempfile.mkdtemp(prefix="actormesh-process-job-")
         try:
             for mesh, count in self._meshes.items():
                 ids = allocate_service_proc_ids(count)
