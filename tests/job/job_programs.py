@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from actormesh.actor import Actor, current_rank, endpoint
-from actormesh.job import JobTrait, ProcessJob, SlurmJob, job_load
+from actormesh.job import JobTrait, ProcessJob, SlurmJob, hosts_from_config, job_load
 
 START = time.monotonic()
 
@@ -88,6 +88,13 @@ def controller(args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def from_config(args: dict[str, Any]) -> dict[str, Any]:
+    """Monarch's hosts_from_config: call its hosts, then exit without shutting down."""
+    hosts = hosts_from_config("workers")
+    where = hosts.spawn_procs().spawn("where", Where).where.call().get().values()
+    return {"loops": [w["loop"] for w in where], "extent": dict(hosts.extent)}
+
+
 def kill(args: dict[str, Any]) -> dict[str, Any]:
     job = job_load(args["cache"])
     job.kill()
@@ -96,5 +103,5 @@ def kill(args: dict[str, Any]) -> dict[str, Any]:
 
 if __name__ == "__main__":
     phase, argument = sys.argv[1:]
-    programs = {"controller": controller, "kill": kill}
+    programs = {"controller": controller, "from_config": from_config, "kill": kill}
     print(json.dumps(programs[phase](json.loads(argument))), flush=True)

@@ -12,6 +12,7 @@ from compat.run import Program, find_monarch_python, run_on_actormesh, run_on_pe
 
 from actormesh.job import ProcessJob, job_load
 from actormesh.job._sessions import live_in_sessions
+from actormesh.testing import wait_until
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.job
     from tests.job.job_support import run_controller
@@ -105,3 +106,14 @@ def test_kill_of_a_never_applied_job_is_a_no_op() -> None:
     job = ProcessJob({"hosts": 1})
     job.kill()
     assert not job.active
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_hosts_from_config_end_with_the_program_that_made_them() -> None:
+    result = run_controller("from_config", {})
+    assert result["extent"] == {"hosts": 2}
+    loops = result["loops"]
+    assert len(set(loops)) == 2
+    # Not a job's hosts: nobody could kill them later, so they die with their program.
+    wait_until(lambda: live_in_sessions(loops) == [], 30, "the config's hosts to end")

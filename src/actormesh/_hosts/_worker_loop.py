@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -64,6 +65,9 @@ def serve_worker_loop(address: str, secret: str | None) -> NoReturn:
     except OSError as error:
         raise OSError(error.errno, f"listen: {address}: {error.strerror or error}") from None
     unix = where.bind.transport == "unix"
+    # SIGTERM (a job killed, a launcher ending) leaves through the finally below, so a
+    # socket file goes with the loop; the session, if any, follows (PDEATHSIG).
+    signal.signal(signal.SIGTERM, _leave_on_signal)
     arrived: queue.SimpleQueue[tuple[socket.socket, Any, Any]] = queue.SimpleQueue()
 
     def admit(sock: socket.socket, peer: Any, result: Any) -> None:
@@ -96,6 +100,10 @@ def serve_worker_loop(address: str, secret: str | None) -> NoReturn:
             with contextlib.suppress(OSError):
                 os.unlink(where.bind.path)
     # Monarch's worker loop never returns: its process ends with the host mesh it served.
+    raise SystemExit(0)
+
+
+def _leave_on_signal(signum: int, frame: Any) -> None:
     raise SystemExit(0)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
@@ -18,6 +19,7 @@ from ._sessions import end_sessions, live_in_sessions
 from ._trait import JobState, JobTrait
 
 __all__ = [
+    "OWNER_VARIABLES",
     "ProcessJob",
     "ProcessState",
     "check_meshes",
@@ -33,7 +35,7 @@ _KILL_GRACE = 2.0
 
 # Who a process of actormesh belongs to: a host of a job belongs to nobody (it outlives
 # the controller that started it), so none of these may leak into its environment.
-_OWNER_VARIABLES = (
+OWNER_VARIABLES = (
     "ACTORMESH_ADDRESS",
     "ACTORMESH_COORDS",
     "ACTORMESH_KEY",
@@ -71,7 +73,7 @@ def check_meshes(meshes: Mapping[str, int]) -> dict[str, int]:
 def worker_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process' environment for a job's worker loop, without what says who owns
     this process, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if k not in _OWNER_VARIABLES}
+    env = {k: v for k, v in os.environ.items() if k not in OWNER_VARIABLES}
     env.update(extra or {})
     return env
 
@@ -160,7 +162,13 @@ class ProcessJob(JobTrait):
 
 def hosts_from_config(name: str) -> HostMesh:
     """Monarch's stand-in for hosts named in a project's configuration: two worker loops
-    on this machine, attached as the host mesh ``name``; they end with its shutdown."""
-    state = ProcessJob({name: 2}).state(cached_path=None)
+    on this machine, attached as the host mesh ``name``; they end with its shutdown, or
+    with this process."""
+    # Unlike a job's, these hosts end with this process too (no cache, nobody to kill them).
+    job = ProcessJob({name: 2}, env={"ACTORMESH_PARENT_PID": str(os.getpid())})
+    state = job.state(cached_path=None)
+    folder = job._tmpdir
+    if folder is not None:  # their sockets' folder goes with this process too
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
     mesh: HostMesh = getattr(state, name)
     return mesh

@@ -29,7 +29,7 @@ from ._identity import (
     serialize_service_proc_ids,
     service_proc_addrs,
 )
-from ._process import check_meshes
+from ._process import OWNER_VARIABLES, check_meshes
 from ._trait import JobState, JobTrait
 
 __all__ = ["SlurmJob"]
@@ -185,6 +185,8 @@ class SlurmJob(JobTrait):
         if self._exclusive:
             lines.append("#SBATCH --exclusive")
         lines += [f"#SBATCH {arg}" for arg in self._slurm_args if arg.startswith("-")]
+        # sbatch passes our environment on: not what says who owns this process.
+        lines.append(f"unset {' '.join(OWNER_VARIABLES)}")
         ids = serialize_service_proc_ids(self._service_proc_ids)
         lines.append(f"export {SERVICE_PROC_IDS_ENV}={shlex.quote(ids)}")
         bind = f"[{self._bind_to}]" if self._bind_to and ":" in self._bind_to else self._bind_to
