@@ -4,6 +4,8 @@ re-run re-attaches to the same hosts through the cache; ``kill()`` leaves no pro
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +99,26 @@ def test_a_cached_job_that_cannot_run_the_new_spec_is_ended_and_replaced(tmp_pat
         assert live_in_sessions(old_loops) == []  # the stale allocation was ended
         assert new.apply_id != old.apply_id
         assert job_load(str(cache)).apply_id == new.apply_id  # and the cache replaced
+    finally:
+        new.kill()
+        old._kill()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_cached_job_that_lost_a_host_is_replaced(tmp_path: Path) -> None:
+    cache = tmp_path / "job.pkl"
+    old = ProcessJob({"hosts": 2})
+    new = ProcessJob({"hosts": 2})
+    try:
+        old.apply()
+        old.dump(str(cache))
+        loops = sorted(s.pid for s in old._host_to_pid.values())
+        os.kill(loops[0], signal.SIGKILL)  # a host dies while no controller is attached
+        wait_until(lambda: loops[0] not in live_in_sessions(loops), 30, "the host to die")
+        assert new.state(cached_path=str(cache)).hosts.size() == 2
+        assert new.apply_id != old.apply_id  # a new allocation, not the broken one
+        assert live_in_sessions(loops) == []  # whose other host was ended
     finally:
         new.kill()
         old._kill()

@@ -4,7 +4,8 @@ network namespace of its own, started by ``scripts/slurm-cluster`` (see its head
 A job of three nodes gets its host meshes, runs calls across them (each actor reports its
 host's network namespace and IP); a controller without the job's secret is refused; a
 re-run of the controller, a new process, re-attaches to the same allocation (the same
-Slurm job id, no new ``sbatch``, the same worker loops);
+Slurm job id, no new ``sbatch``, the same worker loops), and once the allocation ended
+behind its back (``scancel``) the next run allocates anew;
 ``kill()`` leaves nothing in Slurm's queue and no process but slurmd in any namespace.
 Skipped, with the reason, where Slurm is not installed (``scripts/slurm-cluster start``
 installs it) or namespaces cannot be made.
@@ -127,6 +128,12 @@ def test_a_slurm_job_runs_reattaches_and_is_killed_to_nothing(slurm: Path, tmp_p
         assert second["apply_id"] == first["apply_id"]
         assert _queue() == [f"{job_id} RUNNING"]
         assert [w["loop"] for w in _where(second)] == [w["loop"] for w in where]
+        # The allocation ends behind the cache's back: the next run allocates anew.
+        subprocess.run(["scancel", job_id], check=True)
+        third = run_controller("controller", args, env=secret)
+        assert third["slurm_job_id"] != job_id
+        assert third["apply_id"] != first["apply_id"]
+        assert _queue() == [f"{third['slurm_job_id']} RUNNING"]
         print(
             f"\nSlurm: first answer from nothing (sbatch) {first['first_answer_s']:.2f} s; "
             f"re-attach: first answer {second['first_answer_s']:.2f} s "

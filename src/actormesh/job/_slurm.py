@@ -226,6 +226,12 @@ class SlurmJob(JobTrait):
         return state, nodes
 
     def _jobs_active(self) -> bool:
+        """Whether the allocation can serve: queued or running, not ending."""
+        found = self._job_state()
+        return found is not None and found[0] not in _ENDED and found[0] != "COMPLETING"
+
+    def _in_queue(self) -> bool:
+        """Whether Slurm still has the job, finishing it included."""
         found = self._job_state()
         return found is not None and found[0] not in _ENDED
 
@@ -304,7 +310,7 @@ class SlurmJob(JobTrait):
         except RuntimeError as error:
             log.info("scancel %s: %s", job_id, error)  # ended by itself already
         deadline = time.monotonic() + _CANCEL_WAIT
-        while self._jobs_active() and time.monotonic() < deadline:
+        while self._in_queue() and time.monotonic() < deadline:
             time.sleep(_POLL)
         self._slurm_job_id = None
         self._all_hostnames = []
