@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from actormesh import Actor, ActorMesh, endpoint, host_mesh, proc_mesh
-from actormesh._core._envelope import CALL, CAST, RELAY, decode_header
+from actormesh._core import headers
 from actormesh._hosts import Runtime
 from actormesh.allocators import ExternalAllocator
 from actormesh.testing import Network, namespace_hosts
@@ -61,7 +61,7 @@ def _frames_per_cast(mesh: ActorMesh[Echo]) -> int:
 
         def counting(parts: Any, share: Any = None, _send: Callable[..., None] = conn.send) -> None:
             nonlocal sent
-            if decode_header(parts[0])[0] in (CALL, CAST, RELAY):
+            if headers.decode(parts[0])[0] in (headers.CALL, headers.CAST, headers.RELAY):
                 sent += 1
             _send(parts, share)
 

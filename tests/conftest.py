@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import shutil
 import signal
 import tempfile
 import time
@@ -26,6 +27,10 @@ SESSION_ENV = "ACTORMESH_TEST_SESSION"
 SESSION_ID = uuid.uuid4().hex
 # Set at import, before any test runs, so every process started from here inherits it.
 os.environ[SESSION_ENV] = SESSION_ID
+# Job event logs of the tests' controllers go to a folder of this session (removed at its
+# end), not to the user's state directory; a test that reads them sets its own.
+_STATE_DIR = tempfile.mkdtemp(prefix="am-test-state-")
+os.environ.setdefault("ACTORMESH_STATE_DIR", _STATE_DIR)
 
 # Words in a command line that mark an actormesh worker process: a worker, a worker
 # loop (a job's host, actormesh's or Monarch's) and a loop's agent session.
@@ -131,6 +136,7 @@ def reap_leaked_workers(grace: float = EXIT_GRACE_S) -> list[WorkerProcess]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_STATE_DIR, ignore_errors=True)
     leaked = reap_leaked_workers()
     left = sorted(actormesh_files() - _FILES_BEFORE)
     if not leaked and not left:

@@ -129,11 +129,13 @@ MAPPED_MODULES: dict[str, str] = {
 # Monarch 0.7.0 (``monarch._src.actor.host_mesh.this_host is monarch.actor.this_host``,
 # checked with torchmonarch 0.7.0): they map to actormesh's public name. BootstrapCommand
 # is not in monarch.actor, but it is the class of what its default_bootstrap_cmd() returns,
-# and actormesh.actor has it. A value with a dot names a public module's object instead
-# of monarch.actor's ("job.JobTrait": monarch.job.JobTrait, actormesh.job.JobTrait).
-# monarch._src.job.job.JobState is the one exception to "is": Monarch 0.7 has two classes
-# of that name, and this one (not monarch.job's) is what job.state() returns there;
-# actormesh has one JobState.
+# and actormesh.actor has it. SupervisionError is not in monarch.actor either: it is the
+# class of what Monarch raises when a call reaches a mesh whose actors failed, which users
+# catch by that path; it maps to actormesh.SupervisionError, what actormesh raises then.
+# A value with a dot names a public module's object instead of monarch.actor's
+# ("job.JobTrait": monarch.job.JobTrait, actormesh.job.JobTrait). monarch._src.job.job's
+# JobState is the one exception to "is": Monarch 0.7 has two classes of that name, and
+# this one (not monarch.job's) is what job.state() returns there; actormesh has one.
 ALIASES: dict[tuple[str, str], str] = {
     ("monarch._src.job.job", "JobState"): "job.JobState",
     ("monarch._src.job.job", "JobTrait"): "job.JobTrait",
@@ -155,6 +157,10 @@ ALIASES: dict[tuple[str, str], str] = {
     ("monarch._rust_bindings.monarch_hyperactor.proc", "ProcId"): "ProcId",
     ("monarch._rust_bindings.monarch_hyperactor.proc", "Uid"): "Uid",
     ("monarch._rust_bindings.monarch_hyperactor.supervision", "MeshFailure"): "MeshFailure",
+    (
+        "monarch._rust_bindings.monarch_hyperactor.supervision",
+        "SupervisionError",
+    ): "SupervisionError",
     ("monarch._src.actor.actor_mesh", "Actor"): "Actor",
     ("monarch._src.actor.actor_mesh", "ActorError"): "ActorError",
     ("monarch._src.actor.actor_mesh", "Channel"): "Channel",

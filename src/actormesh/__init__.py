@@ -17,37 +17,46 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._api._actor import Actor as Actor
-    from ._api._actor_group import actor_mesh as actor_mesh
-    from ._api._actor_mesh import ActorMesh as ActorMesh
-    from ._api._adverbs import ValueStream as ValueStream
-    from ._api._context import cancelled as cancelled
-    from ._api._context import context as context
-    from ._api._context import current_actor_name as current_actor_name
-    from ._api._context import current_rank as current_rank
-    from ._api._context import current_size as current_size
-    from ._api._endpoint import Endpoint as Endpoint
-    from ._api._endpoint import as_endpoint as as_endpoint
-    from ._api._endpoint import concurrent_endpoint as concurrent_endpoint
-    from ._api._endpoint import endpoint as endpoint
-    from ._api._future import Future as Future
-    from ._api._host_mesh import HostMesh as HostMesh
-    from ._api._host_mesh import attach_to_workers as attach_to_workers
-    from ._api._host_mesh import host_mesh as host_mesh
-    from ._api._host_mesh import this_host as this_host
-    from ._api._host_mesh import this_proc as this_proc
-    from ._api._mesh_state import Failure as Failure
-    from ._api._monarch import get_or_spawn_controller as get_or_spawn_controller
-    from ._api._ports import Channel as Channel
-    from ._api._ports import Port as Port
-    from ._api._ports import PortReceiver as PortReceiver
-    from ._api._proc_mesh import ProcMesh as ProcMesh
-    from ._api._proc_mesh import proc_mesh as proc_mesh
-    from ._api._send import Accumulator as Accumulator
-    from ._api._send import send as send
-    from ._api._supervision import set_failure_hook as set_failure_hook
+    from ._api import Accumulator as Accumulator
+    from ._api import Actor as Actor
+    from ._api import ActorMesh as ActorMesh
+    from ._api import Answer as Answer
+    from ._api import AttachRefusedError as AttachRefusedError
+    from ._api import Channel as Channel
+    from ._api import Endpoint as Endpoint
+    from ._api import Failure as Failure
+    from ._api import Future as Future
+    from ._api import HostMesh as HostMesh
+    from ._api import Job as Job
+    from ._api import Port as Port
+    from ._api import PortReceiver as PortReceiver
+    from ._api import ProcMesh as ProcMesh
+    from ._api import ReplicaStats as ReplicaStats
+    from ._api import Service as Service
+    from ._api import ServiceEndpoint as ServiceEndpoint
+    from ._api import Session as Session
+    from ._api import ValueStream as ValueStream
+    from ._api import actor_mesh as actor_mesh
+    from ._api import as_endpoint as as_endpoint
+    from ._api import attach_job as attach
+    from ._api import attach_to_workers as attach_to_workers
+    from ._api import cancelled as cancelled
+    from ._api import concurrent_endpoint as concurrent_endpoint
+    from ._api import context as context
+    from ._api import current_actor_name as current_actor_name
+    from ._api import current_rank as current_rank
+    from ._api import current_size as current_size
+    from ._api import endpoint as endpoint
+    from ._api import get_or_spawn_controller as get_or_spawn_controller
+    from ._api import host_mesh as host_mesh
+    from ._api import proc_mesh as proc_mesh
+    from ._api import send as send
+    from ._api import set_failure_hook as set_failure_hook
+    from ._api import spawn_service as spawn_service
+    from ._api import this_host as this_host
+    from ._api import this_proc as this_proc
     from ._config import Config as Config
-    from ._core._debugger import debug as debug
+    from ._core import debug as debug
     from ._exceptions import ActorClassError as ActorClassError
     from ._exceptions import ActorDiedError as ActorDiedError
     from ._exceptions import ActorError as ActorError
@@ -60,17 +69,19 @@ if TYPE_CHECKING:
     from ._exceptions import MeshStoppedError as MeshStoppedError
     from ._exceptions import MessageTooLargeError as MessageTooLargeError
     from ._exceptions import NotAnEndpointError as NotAnEndpointError
+    from ._exceptions import ReplicaFailedError as ReplicaFailedError
     from ._exceptions import SerializationError as SerializationError
+    from ._exceptions import ServiceUnavailableError as ServiceUnavailableError
     from ._exceptions import SupervisionError as SupervisionError
-    from ._pure._routing import Affinity as Affinity
-    from ._pure._routing import ChoosePolicy as ChoosePolicy
-    from ._pure._routing import LeastLoaded as LeastLoaded
-    from ._pure._routing import PowerOfTwo as PowerOfTwo
-    from ._pure._routing import Random as Random
-    from ._pure._routing import RoundRobin as RoundRobin
-    from ._pure._routing import WorkQueue as WorkQueue
-    from ._pure._sharding import Dispatch as Dispatch
-    from ._pure._sharding import split_along as split_along
+    from ._pure import Affinity as Affinity
+    from ._pure import ChoosePolicy as ChoosePolicy
+    from ._pure import Dispatch as Dispatch
+    from ._pure import LeastLoaded as LeastLoaded
+    from ._pure import PowerOfTwo as PowerOfTwo
+    from ._pure import Random as Random
+    from ._pure import RoundRobin as RoundRobin
+    from ._pure import WorkQueue as WorkQueue
+    from ._pure import split_along as split_along
     from ._shape import Extent as Extent
     from ._shape import Point as Point
     from ._shape import Shape as Shape
@@ -86,6 +97,8 @@ __all__ = [
     "ActorMesh",
     "ActorMeshError",
     "Affinity",
+    "Answer",
+    "AttachRefusedError",
     "CallTimeoutError",
     "Channel",
     "ChoosePolicy",
@@ -98,6 +111,7 @@ __all__ = [
     "Failure",
     "Future",
     "HostMesh",
+    "Job",
     "LeastLoaded",
     "MeshBusyError",
     "MeshStoppedError",
@@ -109,8 +123,14 @@ __all__ = [
     "PowerOfTwo",
     "ProcMesh",
     "Random",
+    "ReplicaFailedError",
+    "ReplicaStats",
     "RoundRobin",
     "SerializationError",
+    "Service",
+    "ServiceEndpoint",
+    "ServiceUnavailableError",
+    "Session",
     "Shape",
     "SupervisionError",
     "ValueMesh",
@@ -118,6 +138,7 @@ __all__ = [
     "WorkQueue",
     "actor_mesh",
     "as_endpoint",
+    "attach",
     "attach_to_workers",
     "cancelled",
     "concurrent_endpoint",
@@ -132,6 +153,7 @@ __all__ = [
     "proc_mesh",
     "send",
     "set_failure_hook",
+    "spawn_service",
     "split_along",
     "this_host",
     "this_proc",
@@ -152,6 +174,7 @@ _WHERE: dict[str, str] = {
     "ActorMesh": "._api._actor_mesh",
     "ActorMeshError": "._exceptions",
     "Affinity": "._pure._routing",
+    "Answer": "._api._service_values",
     "CallTimeoutError": "._exceptions",
     "Channel": "._api._ports",
     "ChoosePolicy": "._pure._routing",
@@ -164,6 +187,8 @@ _WHERE: dict[str, str] = {
     "Failure": "._api._mesh_state",
     "Future": "._api._future",
     "HostMesh": "._api._host_mesh",
+    "Job": "._api._attach",
+    "AttachRefusedError": "._api._attach",
     "LeastLoaded": "._pure._routing",
     "MeshBusyError": "._exceptions",
     "MeshStoppedError": "._exceptions",
@@ -175,8 +200,14 @@ _WHERE: dict[str, str] = {
     "PowerOfTwo": "._pure._routing",
     "ProcMesh": "._api._proc_mesh",
     "Random": "._pure._routing",
+    "ReplicaFailedError": "._exceptions",
+    "ReplicaStats": "._api._service_values",
     "RoundRobin": "._pure._routing",
     "SerializationError": "._exceptions",
+    "Service": "._api._service",
+    "ServiceEndpoint": "._api._service",
+    "ServiceUnavailableError": "._exceptions",
+    "Session": "._api._service",
     "Shape": "._shape",
     "SupervisionError": "._exceptions",
     "ValueMesh": "._shape",
@@ -184,6 +215,7 @@ _WHERE: dict[str, str] = {
     "WorkQueue": "._pure._routing",
     "actor_mesh": "._api._actor_group",
     "as_endpoint": "._api._endpoint",
+    "attach": "._api._attach",
     "attach_to_workers": "._api._host_mesh",
     "cancelled": "._api._context",
     "concurrent_endpoint": "._api._endpoint",
@@ -198,6 +230,7 @@ _WHERE: dict[str, str] = {
     "proc_mesh": "._api._proc_mesh",
     "send": "._api._send",
     "set_failure_hook": "._api._supervision",
+    "spawn_service": "._api._service",
     "split_along": "._pure._sharding",
     "this_host": "._api._host_mesh",
     "this_proc": "._api._host_mesh",

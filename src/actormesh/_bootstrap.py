@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ._api import _actor_logs as actor_logs
-from ._api._supervision import install
-from ._core import _debugger
+from ._api import install_actor_logs, install_supervision
+from ._core import install_breakpoints
 from ._hosts import Runtime
-from ._hosts._lifetime import serve as serve_process
+from ._hosts import serve as serve_process
 
 __all__ = ["main", "serve"]
 
@@ -37,9 +36,9 @@ def serve(
 
 
 def _setup(runtime: Runtime) -> None:
-    install(runtime)
-    _debugger.install()  # breakpoint() in an actor: a pdb session in the controller
-    actor_logs.install()  # log records made in actors name them (Monarch's prefix)
+    install_supervision(runtime)  # failures of the meshes this process spawns
+    install_breakpoints()  # breakpoint() in an actor: a pdb session in the controller
+    install_actor_logs()  # log records made in actors name them (Monarch's prefix)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,18 @@ class Config:
             the ``actormesh`` command; nothing on disk) and workers count each endpoint's
             calls, errors and run times. ``False`` turns both off; breakpoints in actors
             and ``mesh.stacks()`` work either way.
+        timeline_spans: call spans each process keeps for ``actormesh timeline`` (a ring:
+            the last ones), recorded as each message ends; 0 keeps none. Off with
+            ``observe``.
+        event_log: keep the job event log (process starts and exits, restarts,
+            supervision events, timeouts, meshes, weight versions) in a SQLite file under
+            ``state_dir`` that survives the job, read with ``actormesh log``; the
+            controller writes it, and each host agent one of its own for its host.
+        state_dir: where event logs go (``<state_dir>/jobs/<job>.sqlite``). ``None``:
+            ``$XDG_STATE_HOME/actormesh``, else ``~/.local/state/actormesh``.
+        job_name: the job's name in its event log's file name and ``job`` table.
+            ``None``: the program's name, its start time (UTC) and pid
+            (``train-20261127-013502-4947``).
         output_aggregate: identical lines printed by several actors of a mesh larger than
             this within ``output_window`` seconds are shown once, with the ranks and a
             count (``[trainer {gpus=0..7}] x8 loss 0.31``); 0 shows every line as printed.
@@ -76,6 +88,10 @@ class Config:
         secret: the job's secret; every TCP connection proves it before a frame is read.
             ``None``: a controller makes one up when it first listens on TCP and hands it
             to the workers it starts; workers started by someone else need it given.
+        jobs_dir: where the records of leased jobs are written (one file per job, mode
+            0600, in a directory of mode 0700: where its agents are and its secret; see
+            docs/leases.md). ``None``: ``$XDG_STATE_HOME/actormesh/jobs``, else
+            ``~/.local/state/actormesh/jobs``.
     """
 
     output: OutputMode = "prefix"
@@ -93,12 +109,17 @@ class Config:
     max_handshakes: int = 256
     max_handshakes_per_host: int = 64
     observe: bool = True
+    timeline_spans: int = 8192
+    event_log: bool = True
+    state_dir: str | None = None
+    job_name: str | None = None
     output_aggregate: int = 4
     output_window: float = 0.25
     progress: Literal["auto", "always", "never"] = "auto"
     secret: str | None = dataclasses.field(default=None, repr=False)
     fork_server: bool = True
     reply_spin: float = 100e-6
+    jobs_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.output not in ("prefix", "raw", "off"):
@@ -138,6 +159,8 @@ class Config:
             raise ValueError(f"reply_spin must be between 0 and 0.01 s, not {self.reply_spin!r}")
         if self.max_message_bytes <= 0 or self.shm_threshold < 0:
             raise ValueError("max_message_bytes must be positive and shm_threshold >= 0")
+        if self.timeline_spans < 0:
+            raise ValueError(f"timeline_spans must be >= 0, not {self.timeline_spans!r}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:

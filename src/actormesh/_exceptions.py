@@ -26,6 +26,10 @@ The tree::
     │                                   ``ValueError``), raised at the sender
     ├── MeshBusyError                   ``choose`` found every live actor at its
     │                                   ``max_in_flight`` and was told not to wait
+    ├── ReplicaFailedError              a service's replica failed under a call that may
+    │                                   not run twice (also ``RuntimeError``)
+    ├── ServiceUnavailableError         a service has no replica left to serve a call
+    │                                   (also ``RuntimeError``)
     └── SupervisionError                a failure nobody handled reached the controller
                                         (also ``RuntimeError``)
 
@@ -52,7 +56,9 @@ __all__ = [
     "MeshStoppedError",
     "MessageTooLargeError",
     "NotAnEndpointError",
+    "ReplicaFailedError",
     "SerializationError",
+    "ServiceUnavailableError",
     "SupervisionError",
 ]
 
@@ -299,6 +305,34 @@ class MeshBusyError(ActorMeshError):
     """
 
 
+class ReplicaFailedError(ActorMeshError, RuntimeError):
+    """A replica of a service failed while a call was running on it, and the endpoint is
+    not marked idempotent, so the call was not run again elsewhere (it may have run,
+    partly or wholly).
+
+    Attributes:
+        service: the service's name.
+        replica: the failed replica's number.
+        reason: what the service knows of the failure.
+    """
+
+    def __init__(
+        self, message: str, *, service: str = "", replica: int = -1, reason: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.service = service
+        self.replica = replica
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_kw, (type(self), self.args, self.__dict__))
+
+
+class ServiceUnavailableError(ActorMeshError, RuntimeError):
+    """No replica of a service can take a call: every one failed beyond its restart
+    budget, or the service was stopped."""
+
+
 class SupervisionError(ActorMeshError, RuntimeError):
     """A failure of an owned mesh that no ``__supervise__`` hook handled.
 
@@ -370,6 +404,8 @@ for _cls in (
     SerializationError,
     MessageTooLargeError,
     MeshBusyError,
+    ReplicaFailedError,
+    ServiceUnavailableError,
     SupervisionError,
 ):
     _cls.__module__ = "actormesh"

@@ -7,12 +7,12 @@ same object as the one ``actormesh`` exports.
 
 from __future__ import annotations
 
-from ._api._actor import Actor as Actor
-from ._api._actor_mesh import ActorMesh as ActorMesh
-from ._api._context import current_rank as current_rank
-from ._api._context import current_size as current_size
-from ._api._endpoint import Endpoint as Endpoint
-from ._api._endpoint import endpoint as endpoint
+from ._api import Actor as Actor
+from ._api import ActorMesh as ActorMesh
+from ._api import Endpoint as Endpoint
+from ._api import current_rank as current_rank
+from ._api import current_size as current_size
+from ._api import endpoint as endpoint
 from ._exceptions import ActorError as ActorError
 from ._shape import Point as Point
 from ._shape import ValueMesh as ValueMesh

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from ._api._proc_mesh import ProcMesh as ProcMesh
-from ._api._proc_mesh import proc_mesh as proc_mesh
+from ._api import ProcMesh as ProcMesh
+from ._api import proc_mesh as proc_mesh
 
 __all__ = ["ProcMesh", "proc_mesh"]

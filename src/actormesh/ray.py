@@ -14,7 +14,9 @@ pass it to Ray tasks. actormesh adds what the proposal's review asked for: ``mes
 without ``.methods``; ``mesh[1, 0]`` (that actor's handle, ``.foo.remote()``) and
 ``mesh[1, :]`` (a sub-mesh); a load-aware ``choose`` with pluggable policies (actormesh's
 own: ``power_of_two`` by default, ``least_loaded``, ``round_robin``, ``random``...), which
-counts each rank's calls in flight from the ObjectRefs it made; and ``resources_per_actor``
+counts each rank's calls in flight from the ObjectRefs of every call made through the mesh
+in this process (``choose``, ``all()``, ``mesh.actors[i].f.remote()``, ``mesh[1, 0]``);
+and ``resources_per_actor``
 (fractional and custom resources) honoured. Shapes, slicing and policies are actormesh's
 pure layer; Ray schedules the actors and carries the calls. See docs/from-ray.md.
 """
@@ -25,10 +27,11 @@ import copy
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from ._pure._routing import ChoosePolicy, NoCapacity, policy_from
+from ._pure import ChoosePolicy, NoCapacity, policy_from
 from ._shape import Shape
 
 __all__ = ["ActorMesh", "method"]
@@ -64,7 +67,8 @@ def method(
 
 
 class _Load:
-    """Calls in flight per rank, counted from the ObjectRefs a mesh's ``choose`` made, and
+    """Calls in flight per rank, counted from the ObjectRefs of every call made through the
+    mesh's actor handles (`_count_calls`), and
     the ranks whose actor was found dead (a call of theirs failed with Ray's
     ``ActorDiedError``, not a temporary ``ActorUnavailableError``): ``choose`` does not
     pick those while that holds (a later call of theirs that succeeds clears it).
@@ -110,6 +114,43 @@ class _Load:
             elif error is None and rank not in self.killed:
                 self.dead.discard(rank)
             self.changed.notify_all()
+
+
+# Set while ``choose`` makes its call: choose counted it already, when it picked the rank
+# under the load's lock (so concurrent chooses see it at once).
+_CHOOSING = threading.local()
+
+
+def _count_calls(actor: Any, rank: int, load: _Load) -> None:
+    """Count every call made through the Ray handle ``actor`` in ``load``.
+
+    Every method call of a Ray handle (``.remote()``, ``.options(...).remote()``) goes
+    through ``ActorHandle._actor_method_call``; shadowing it on this one handle object
+    counts the calls of ``all()``, of ``mesh.actors[i]`` and of ``mesh[1, 0]`` too, while
+    the handle stays a plain ``ActorHandle`` (``ray.kill`` and pickling see no change).
+    The handle is held weakly, so this adds no reference cycle that would keep the actor
+    alive longer.
+    """
+    handle = weakref.ref(actor)
+    plain = type(actor)._actor_method_call
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        me = handle()
+        if me is None:  # (cannot happen while the method is reached through the handle)
+            raise RuntimeError("the actor handle is gone")
+        if getattr(_CHOOSING, "active", False):
+            return plain(me, *args, **kwargs)
+        with load.changed:
+            load.in_flight[rank] += 1
+        try:
+            refs = plain(me, *args, **kwargs)
+        except BaseException as error:
+            load.finished(rank, error)
+            raise
+        load.watch(rank, refs)
+        return refs
+
+    actor._actor_method_call = counted
 
 
 def _probe(ray: Any, actor: Any) -> Any:
@@ -177,11 +218,14 @@ class _Method:
                 # Counted before the lock is let go: a concurrent choose sees this call.
                 load.in_flight[rank] += 1
                 break
+        _CHOOSING.active = True  # counted above, not again by the handle
         try:
             ref = getattr(mesh._all_actors[rank], self._name).remote(*args, **kwargs)
         except BaseException as error:
             load.finished(rank, error)
             raise
+        finally:
+            _CHOOSING.active = False
         load.watch(rank, ref)
         return ref
 
@@ -313,6 +357,16 @@ class ActorMesh(Generic[T]):
             self._all_actors.append(remote.options(**options).remote(*args, **(kwargs or {})))
         self._ranks = tuple(range(count))
         self._load = _Load(count)
+        self._count_calls()
+
+    def _count_calls(self) -> None:
+        for rank, actor in enumerate(self._all_actors):
+            _count_calls(actor, rank, self._load)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickled in a Ray task or actor: its handles are new objects, counted there.
+        self.__dict__.update(state)
+        self._count_calls()
 
     def _view(self, shape: Shape) -> Any:
         if not shape.labels:

@@ -18,10 +18,18 @@ import asyncio
 import warnings
 from typing import Any
 
-from ._api._future import Future, resolved
-from ._api._host_mesh import this_proc
-from ._api._proc_mesh import _from_concurrent
-from ._api._rdma import DroppedError, Region, Registry, ServiceActor, copy_local, vm_copy
+from ._api import (
+    DroppedError,
+    Future,
+    Region,
+    Registry,
+    ServiceActor,
+    copy_local,
+    from_concurrent,
+    resolved,
+    this_proc,
+    vm_copy,
+)
 from ._hosts import Runtime
 
 __all__ = [
@@ -184,7 +192,7 @@ class RDMABuffer:
                 local.copy_(data)
 
         runtime = Runtime.get()
-        return _from_concurrent(runtime, runtime.submit(move()))
+        return from_concurrent(runtime, runtime.submit(move()))
 
     def __repr__(self) -> str:
         return f"<RDMABuffer {self._region.size} bytes of {self.owner}>"
@@ -245,4 +253,4 @@ class RDMAAction:
                 else:
                     await first.write_from(second, timeout=timeout)
 
-        return _from_concurrent(runtime, runtime.submit(run()))
+        return from_concurrent(runtime, runtime.submit(run()))

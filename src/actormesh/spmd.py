@@ -17,9 +17,7 @@ import socket
 import sys
 from typing import Any
 
-from ._api._actor import Actor
-from ._api._context import context
-from ._api._endpoint import endpoint
+from ._api import Actor, context, endpoint
 from ._hosts import Runtime
 from ._transport import parse_tcp, tcp_part
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
 import textwrap
@@ -62,3 +63,24 @@ def kill_controller_and_wait(program: str, count: int, within: float, what: str)
     finally:
         controller.kill()
         controller.wait(10)
+
+
+def run_cell(client: object, code: str, timeout: float = 60.0) -> tuple[str, list[str]]:
+    """Execute ``code``; return its stdout text and the error names it raised."""
+    msg_id = client.execute(textwrap.dedent(code))  # type: ignore[attr-defined]
+    out: list[str] = []
+    errors: list[str] = []
+    while True:
+        try:
+            msg = client.get_iopub_msg(timeout=timeout)  # type: ignore[attr-defined]
+        except queue.Empty:
+            raise AssertionError(f"the kernel did not finish the cell in {timeout} s") from None
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            out.append(content["text"])
+        elif kind == "error":
+            errors.append(f"{content['ename']}: {content['evalue']}")
+        elif kind == "status" and content["execution_state"] == "idle":
+            return "".join(out), errors

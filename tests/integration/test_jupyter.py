@@ -2,36 +2,13 @@
 
 from __future__ import annotations
 
-import queue
-import textwrap
-
 import pytest
+from integration_support import run_cell
 
 jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _run_cell(client: object, code: str, timeout: float = 60.0) -> tuple[str, list[str]]:
-    """Execute ``code``; return its stdout text and the error names it raised."""
-    msg_id = client.execute(textwrap.dedent(code))  # type: ignore[attr-defined]
-    out: list[str] = []
-    errors: list[str] = []
-    while True:
-        try:
-            msg = client.get_iopub_msg(timeout=timeout)  # type: ignore[attr-defined]
-        except queue.Empty:
-            raise AssertionError(f"the kernel did not finish the cell in {timeout} s") from None
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        kind, content = msg["msg_type"], msg["content"]
-        if kind == "stream":
-            out.append(content["text"])
-        elif kind == "error":
-            errors.append(f"{content['ename']}: {content['evalue']}")
-        elif kind == "status" and content["execution_state"] == "idle":
-            return "".join(out), errors
 
 
 @pytest.fixture
@@ -45,7 +22,7 @@ def kernel():
 
 
 def test_a_notebook_spawns_actors_defined_in_cells_and_awaits_at_top_level(kernel) -> None:
-    _, errors = _run_cell(
+    _, errors = run_cell(
         kernel,
         """
         from actormesh import Actor, endpoint, proc_mesh, current_rank
@@ -61,7 +38,7 @@ def test_a_notebook_spawns_actors_defined_in_cells_and_awaits_at_top_level(kerne
         """,
     )
     assert errors == []
-    out, errors = _run_cell(
+    out, errors = run_cell(
         kernel,
         """
         procs = await proc_mesh(gpus=2)
@@ -76,7 +53,7 @@ def test_a_notebook_spawns_actors_defined_in_cells_and_awaits_at_top_level(kerne
     assert "[greeters {gpus=0}] hello notebook from 0" in out
     assert "[greeters {gpus=1}] hello notebook from 1" in out
     # A cell may use the sync form too: the kernel's loop thread is not actormesh's.
-    out, errors = _run_cell(
+    out, errors = run_cell(
         kernel,
         """
         print("one", greeters.slice(gpus=1).greet.call_one("sync").get(timeout=30))

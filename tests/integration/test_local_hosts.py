@@ -5,15 +5,19 @@ hosts do (those are tested across network namespaces in ``tests/multihost``)."""
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import torch
+from integration_actors import DataPlane
 from integration_support import kill_controller_and_wait
 
 from actormesh import Actor, HostMesh, endpoint, host_mesh
-from actormesh._core._envelope import CAST, RELAY, decode_header
+from actormesh._core import headers
 from actormesh._hosts import Runtime
+from actormesh.testing import shm_segments
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,7 +61,7 @@ def test_a_cast_costs_one_frame_per_local_host(hosts: HostMesh) -> None:
             originals[conn] = conn.send
 
             def counting(parts: Any, _send: Any = conn.send) -> None:
-                if decode_header(parts[0])[0] in (CAST, RELAY):
+                if headers.decode(parts[0])[0] in (headers.CAST, headers.RELAY):
                     counts.append(1)
                 _send(parts)
 
@@ -99,3 +103,20 @@ def test_host_mesh_refuses_a_bad_count() -> None:
 def test_spawn_procs_refuses_per_host_that_is_not_a_mapping(hosts: HostMesh) -> None:
     with pytest.raises(TypeError, match=r"per_host must map dimension names to sizes"):
         hosts.spawn_procs(per_host=4)  # type: ignore[arg-type]
+
+
+def test_an_agent_gives_its_workers_one_shared_copy_of_a_large_argument(hosts: HostMesh) -> None:
+    with hosts.slice(hosts=0).spawn_procs(per_host={"gpus": 3}) as procs:
+        plane = procs.spawn("plane", DataPlane)
+        pids = set(procs.spawn("where_plane", Where).where.call().get(timeout=30).values())
+        before = {pid: set(shm_segments(pid)) for pid, _ in pids}
+        tensor = torch.randint(0, 255, (8 << 20,), dtype=torch.uint8)
+        plane.hold.call(tensor).get(timeout=60)  # each actor keeps its view of it
+        new = [set(shm_segments(pid)) - before[pid] for pid, _ in pids]
+        # The agent filled one segment and lent it to its three workers.
+        assert len(new) == 3 and all(len(segments) == 1 for segments in new)
+        assert len(set.union(*new)) == 1
+        assert (
+            plane.kept_checksum.call().get(timeout=60).values()
+            == [zlib.crc32(tensor.numpy().tobytes())] * 3
+        )

@@ -51,6 +51,10 @@ class Where(Actor):
         return _established_peers()
 
     @endpoint
+    def rank_plus(self, offset: int) -> int:
+        return current_rank().rank + offset
+
+    @endpoint
     def call_other(self, other: ActorMesh[Where], coords: dict[str, int]) -> dict[str, Any]:
         """Call the actor of ``other`` at ``coords``, from here (actor to actor)."""
         value: dict[str, Any] = other.slice(**coords).where.call_one().get(timeout=20)

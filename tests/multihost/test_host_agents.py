@@ -7,6 +7,7 @@ would run it on every node; the controller is this test process in the root name
 from __future__ import annotations
 
 import json
+import operator
 import os
 import select
 import signal
@@ -24,7 +25,8 @@ from multihost_support import HERE, Network, ip
 
 import actormesh
 from actormesh import ActorDiedError, ActorMesh, HostMesh, ProcMesh, host_mesh
-from actormesh._core._envelope import CAST, RELAY, decode_header
+from actormesh._api import _adverbs
+from actormesh._core import headers
 from actormesh._hosts import Runtime
 from actormesh._hosts._forkserver import available as forks_available
 from actormesh._transport import Connection, route
@@ -117,7 +119,7 @@ def test_a_cast_costs_the_controller_one_frame_per_host(where: ActorMesh[Where])
         originals[conn] = conn.send
 
         def counting(parts: Any, _name: str = link.hostname, _send: Any = conn.send) -> None:
-            if decode_header(parts[0])[0] in (CAST, RELAY):  # not heartbeats
+            if headers.decode(parts[0])[0] in (headers.CAST, headers.RELAY):  # not heartbeats
                 counts[_name] = counts.get(_name, 0) + 1
             _send(parts)
 
@@ -130,6 +132,23 @@ def test_a_cast_costs_the_controller_one_frame_per_host(where: ActorMesh[Where])
             conn.send = send  # type: ignore[method-assign]
     # Three hosts, two casts (the call and the broadcast): two frames to each agent.
     assert sum(counts.values()) == 6 and len(runtime.agents) >= 3
+
+
+def test_a_reducing_call_brings_the_controller_one_value_per_host(
+    where: ActorMesh[Where], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each of the three agents folds its two workers' values: three PARTIAL replies.
+    seen: list[int] = []
+    original = _adverbs._Reduce.on_reply
+
+    def recording(self: Any, rank: int, ok: bool, parts: Any) -> bool:
+        seen.append(rank)
+        return original(self, rank, ok, parts)
+
+    monkeypatch.setattr(_adverbs._Reduce, "on_reply", recording)
+    values = where.rank_plus.call(100).get(timeout=30).values()
+    assert where.rank_plus.reduce(operator.add)(100).get(timeout=30) == sum(values) == 615
+    assert seen == [headers.PARTIAL] * 3
 
 
 def test_a_slice_of_hosts_spawns_only_there(network: Network, hosts: HostMesh) -> None:

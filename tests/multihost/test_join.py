@@ -15,8 +15,7 @@ from multihost_actors import Where
 from multihost_support import closed_on_us
 
 from actormesh import proc_mesh
-from actormesh._core._envelope import HELLO
-from actormesh._core._envelope import encode_header as encode_envelope
+from actormesh._core import headers
 from actormesh._hosts import Runtime
 from actormesh._hosts._joining import join_order
 from actormesh._hosts._remote import Joined
@@ -105,7 +104,7 @@ def test_a_worker_gives_up_on_an_unreachable_controller_after_its_wait() -> None
 def test_a_peer_without_the_secret_cannot_join_even_with_a_well_formed_hello() -> None:
     _, address, _ = _listening()
     host, port = address.rsplit(":", 1)
-    header = encode_envelope((HELLO, "tcp://127.0.0.1:9", 1, "intruder", {}))
+    header = headers.encode(headers.Hello("tcp://127.0.0.1:9", 1, "intruder", {}))
     frame = encode_frame([len(header)]) + header
     with socket.create_connection((host, int(port))) as raw:
         raw.sendall(frame)

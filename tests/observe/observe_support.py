@@ -154,9 +154,12 @@ def start_job(
     *args: str,
     env: dict[str, str] | None = None,
     terminal: bool = False,
+    script: str = "observe_job.py",
 ) -> Job:
-    """Start ``observe_job.py MODE SIZE ARGS...`` and wait until its mesh is up."""
-    argv = [sys.executable, str(HERE / "observe_job.py"), mode, str(size), *args]
+    """Start ``SCRIPT MODE SIZE ARGS...`` (``observe_job.py`` by default; another job
+    program of this folder that prints ``READY <pid>`` too) and wait until its mesh is
+    up."""
+    argv = [sys.executable, str(HERE / script), mode, str(size), *args]
     if terminal:
         job = Job(None, Terminal(argv, env))
     else:

@@ -790,8 +790,10 @@ def leader_leaves_early(rank: int, world_size: int) -> Any:
 
 
 def seeded_embedding_bag(seed: int) -> nn.EmbeddingBag:
-    torch.manual_seed(seed)
-    return nn.EmbeddingBag(10, 4, mode="sum")
+    # A generator of its own: both trainers build their tables on the server at once, on
+    # two threads, and seeding the global generator would let their draws interleave.
+    weight = torch.randn(10, 4, generator=torch.Generator().manual_seed(seed))
+    return nn.EmbeddingBag(10, 4, mode="sum", _weight=weight)
 
 
 def bag_forward(rref: Any, indices: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:

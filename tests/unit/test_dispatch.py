@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actormesh._core import _dispatch
-from actormesh._core import _envelope as env
+from actormesh._core import headers as env
 
 try:
     from actormesh._core import _cdispatch
@@ -64,8 +64,8 @@ def test_a_frame_goes_to_its_kinds_handler_with_the_connection_header_and_parts(
     dispatch: Any,
 ) -> None:
     recorder = _Recorder()
-    header = (env.CALL, 7, "mesh", (0, 1), "ping", "token")
-    parts = [memoryview(pickle.dumps(header, 5)), b"args"]
+    header = (env.CALL, 7, "mesh", (0, 1), "ping", "token", None, None)
+    parts = [memoryview(env.encode(env.Call(7, "mesh", (0, 1), "ping", "token"))), b"args"]
     assert dispatch(_table(recorder), recorder.unreadable, "conn", parts) == "call handled"
     assert recorder.handled == [("call", "conn", header, parts)]
     assert recorder.refused == []
@@ -168,8 +168,8 @@ def test_the_twins_agree_on_any_header(header: tuple[Any, ...]) -> None:
 
 
 def test_decode_header_checks_as_the_dispatch_does() -> None:
-    assert env.decode_header(pickle.dumps((env.PONG, 3))) == (env.PONG, 3)
+    assert env.decode(pickle.dumps((env.PONG, 3))) == (env.PONG, 3)
     with pytest.raises(ValueError, match="a header of kind 10 with 3 items"):
-        env.decode_header(pickle.dumps((env.PONG, 3, 4)))
+        env.decode(pickle.dumps((env.PONG, 3, 4)))
     with pytest.raises(ValueError, match="unknown message kind 0"):
-        env.decode_header(pickle.dumps((0,)))
+        env.decode(pickle.dumps((0,)))

@@ -58,9 +58,19 @@ def heavy_modules_loaded_by(statement: str) -> dict[str, list[str]]:
     return result
 
 
-def test_import_actormesh_loads_no_heavy_library() -> None:
-    loaded = heavy_modules_loaded_by("import actormesh")
-    assert not loaded, "import actormesh loaded " + "; ".join(
+# What a user's program imports first, and what every worker process imports (its entry
+# point, and the actor API it serves): none may pull in a heavy library before it is used.
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import actormesh",
+        "import actormesh._bootstrap",
+        "from actormesh import Actor, endpoint, proc_mesh, this_host",
+    ],
+)
+def test_importing_loads_no_heavy_library(statement: str) -> None:
+    loaded = heavy_modules_loaded_by(statement)
+    assert not loaded, f"{statement} loaded " + "; ".join(
         f"{name} (via {' <- '.join(reversed(chain)) or 'unknown'})"
         for name, chain in loaded.items()
     )

@@ -1,8 +1,10 @@
-"""Each module imports only from its own layer or below (docs/architecture.md, "Layers").
+"""Each module imports only from its own layer or below, and another package's code only
+through that package's face, its ``__init__`` (docs/architecture.md, "Layers").
 
 The check reads the source with ``ast``; nothing is imported. Imports inside functions
 count (a lazy import still couples the layers); imports under ``if TYPE_CHECKING:`` do
-not, since they never run.
+not count for the layers, since they never run, but do for the faces: a type named from
+a private module is a reach-in all the same.
 """
 
 from __future__ import annotations
@@ -87,21 +89,24 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _runtime_imports(nodes: Iterable[ast.AST]) -> list[ast.Import | ast.ImportFrom]:
-    """All import statements in ``nodes``, at any depth, except under ``if TYPE_CHECKING:``."""
+def _runtime_imports(
+    nodes: Iterable[ast.AST], type_checking: bool = False
+) -> list[ast.Import | ast.ImportFrom]:
+    """All import statements in ``nodes``, at any depth, except under ``if TYPE_CHECKING:``
+    (unless ``type_checking``)."""
     found: list[ast.Import | ast.ImportFrom] = []
     for node in nodes:
         if isinstance(node, ast.Import | ast.ImportFrom):
             found.append(node)
-        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+        elif isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
             found.extend(_runtime_imports(node.orelse))  # the else branch does run
         else:
-            found.extend(_runtime_imports(ast.iter_child_nodes(node)))
+            found.extend(_runtime_imports(ast.iter_child_nodes(node), type_checking))
     return found
 
 
 def imported_modules(
-    source: str, module: str, *, is_package: bool, exists: set[str]
+    source: str, module: str, *, is_package: bool, exists: set[str], type_checking: bool = False
 ) -> list[tuple[int, str]]:
     """The package-internal modules that ``source`` imports at run time, with line numbers.
 
@@ -112,10 +117,11 @@ def imported_modules(
         exists: Dotted names of all modules in the package, to tell
             ``from actormesh import _shape`` (a module) from ``from actormesh import Actor``
             (a name defined by the package's ``__init__``).
+        type_checking: Count the imports under ``if TYPE_CHECKING:`` too.
     """
     package = module if is_package else module.rpartition(".")[0]
     result: list[tuple[int, str]] = []
-    for node in _runtime_imports(ast.parse(source).body):
+    for node in _runtime_imports(ast.parse(source).body, type_checking):
         if isinstance(node, ast.Import):
             result.extend(
                 (node.lineno, alias.name)
@@ -165,9 +171,48 @@ def find_violations(root: Path = SRC) -> list[Violation]:
     return violations
 
 
+# Imports of another package's private module that are still allowed, each with why; the
+# list only shrinks (a new reach-in means exporting the name from the package's face).
+REACH_INS_ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def find_reach_ins(root: Path = SRC) -> list[str]:
+    """Imports of a package's private module (``actormesh._core._runtime``) from a module
+    outside that package, not in ``REACH_INS_ALLOWED``."""
+    paths = sorted(root.rglob("*.py"))
+    names = {module_name(p, root): p for p in paths}
+    exists = set(names)
+    packages = {name for name, path in names.items() if path.name == "__init__.py"}
+    found = []
+    for name, path in names.items():
+        for line, imported in imported_modules(
+            path.read_text(encoding="utf-8"),
+            name,
+            is_package=path.name == "__init__.py",
+            exists=exists,
+            type_checking=True,
+        ):
+            package = imported.rpartition(".")[0]
+            while package and package not in packages:  # the innermost package holding it
+                package = package.rpartition(".")[0]
+            inside = name == package or name.startswith(package + ".")
+            private = imported != package and imported[len(package) + 1 :].startswith("_")
+            if package and private and not inside and (name, imported) not in REACH_INS_ALLOWED:
+                found.append(f"{name} line {line} imports {imported}")
+    return found
+
+
 def test_source_tree_has_modules_to_check() -> None:
     assert SRC.is_dir(), f"{SRC} is missing"
     assert (SRC / "__init__.py").is_file(), f"{SRC / '__init__.py'} is missing"
+
+
+def test_other_packages_import_a_package_only_through_its_face() -> None:
+    reach_ins = find_reach_ins()
+    assert not reach_ins, (
+        "imports of another package's private module (export the name from that package's "
+        "__init__ and import it from there):\n" + "\n".join(f"  {r}" for r in reach_ins)
+    )
 
 
 def test_every_module_imports_only_from_its_layer_or_below() -> None:
@@ -263,3 +308,23 @@ def test_checker_ignores_type_checking_imports_but_not_their_else_branch(tree: P
     assert _found(tree) == [
         "actormesh._shape (layer 0) line 8 imports actormesh._core._runtime (layer 2)"
     ]
+
+
+def test_faces_checker_reports_a_reach_into_another_packages_private_module(tree: Path) -> None:
+    _write(tree, "rpc/__init__.py", "from .._api._actor import A\nfrom .._api import B\n")
+    _write(
+        tree,
+        "__init__.py",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from actormesh._core._runtime import R\n",
+    )
+    _write(tree, "_api/__init__.py", "from ._actor import A\n")  # its own package: fine
+    assert find_reach_ins(tree) == [
+        "actormesh line 3 imports actormesh._core._runtime",
+        "actormesh.rpc line 1 imports actormesh._api._actor",
+    ]
+
+
+def test_faces_checker_reports_a_private_module_imported_by_name(tree: Path) -> None:
+    _write(tree, "rpc/__init__.py", "from .._core import _runtime\n")
+    assert find_reach_ins(tree) == ["actormesh.rpc line 1 imports actormesh._core._runtime"]

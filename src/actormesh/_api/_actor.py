@@ -15,10 +15,9 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._core import EndpointKind
-from .._core._mailbox import BuildOnLoop
+from .._core import BuildOnLoop, EndpointKind
 from .._exceptions import SYSTEM_ENDPOINT, ActorClassError, EndpointNotFoundError
-from .._hosts._output import CURRENT_PREFIX
+from .._hosts import CURRENT_PREFIX
 from .._shape import Point
 from ._context import ActorIdentity, identity_in, set_current_actor
 from ._endpoint import AS_ENDPOINT, Endpoint, EndpointOptions
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
     from typing import Self
 
     from .._observe import Stacks
-    from .._pure._routing import ChoosePolicy
+    from .._pure import ChoosePolicy
     from .._shape import Extent, Shape
     from ._future import Future
 

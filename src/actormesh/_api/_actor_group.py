@@ -14,15 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from .._hosts import Runtime
-from .._pure import Placement, plan, resources_from
-from .._pure._routing import ChoosePolicy, policy_from
+from .._pure import ChoosePolicy, Placement, plan, policy_from, resources_from
 from .._shape import Point, Shape
 from ._actor import Actor
 from ._choose import WhenFull, check_limits
-from ._future import Future
+from ._future import Future, from_concurrent
 from ._host_resources import pin, visible_gpus
 from ._mesh_state import MeshState
-from ._proc_mesh import _from_concurrent, proc_mesh
+from ._proc_mesh import proc_mesh
 
 __all__ = ["actor_mesh"]
 
@@ -133,7 +132,7 @@ def actor_mesh(
         state.when_full = when_full
         return mesh
 
-    return _from_concurrent(runtime, runtime.submit(start()))
+    return from_concurrent(runtime, runtime.submit(start()))
 
 
 def _environment(

@@ -13,10 +13,10 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from .._core._envelope import STOP_MESH
+from .._core import headers
 from .._exceptions import ActorDiedError
 from .._hosts import Runtime
-from .._pure._routing import Affinity, ChoosePolicy, policy_from
+from .._pure import Affinity, ChoosePolicy, policy_from
 from .._shape import Point, Shape, Shaped
 from ._actor import missing_endpoint
 from ._adverbs import Adverbs
@@ -251,24 +251,27 @@ class ActorMesh(Shaped, Generic[T]):
         """Per root rank, as seen by this process: in flight, completed, failed, latency."""
         return self._state.stats()
 
-    def stacks(self, timeout: float = 5.0) -> Future[Stacks]:
+    def stacks(self, timeout: float = 5.0, native: bool = False) -> Future[Stacks]:
         """What each actor of this handle is doing now: its Python stacks (the thread
         running its endpoint marked, the coroutines an ``async`` one awaits, threads
         its code started), with ranks that share a stack grouped; ``print()`` it.
 
         A process that cannot answer within ``timeout`` seconds (its event loop blocked
-        by a C call holding the GIL, say) is reported as silent.
+        by a C call holding the GIL, say) is reported as silent. ``native``: every
+        thread's C and Python frames and the GIL's holder instead, read by py-spy
+        (``actormesh[native]``) from outside the process, so a silent one is shown too
+        (processes on this host only).
         """
         from .._observe import mesh_stacks
-        from ._proc_mesh import _from_concurrent
+        from ._future import from_concurrent
 
         runtime = Runtime.get()
         for path, _ in self._routes():
             with contextlib.suppress(ActorDiedError):
                 runtime.connection(path)  # dialled here: the loop thread never dials
         ranks = list(self._shape.ranks)
-        inner = runtime.submit(mesh_stacks(runtime, self._ref, ranks, timeout))
-        return _from_concurrent(runtime, inner)
+        inner = runtime.submit(mesh_stacks(runtime, self._ref, ranks, timeout, native))
+        return from_concurrent(runtime, inner)
 
     def stop(self, reason: str = DEFAULT_STOP_REASON) -> Future[None]:
         """Drop every actor of this mesh; pending calls fail (their error, and those of
@@ -279,6 +282,8 @@ class ActorMesh(Shaped, Generic[T]):
         """
         state = self._state
         state.note_stop(reason)
+        if state.job is not None:
+            state.job.forget_actors(self._ref.mesh_id)
         if state.owned is not None:
             state.stopped = True
             return state.owned.stop(reason)  # type: ignore[no-any-return]
@@ -293,7 +298,7 @@ class ActorMesh(Shaped, Generic[T]):
         for path, _ in self._all_routes():
             try:
                 conn = runtime.connection(path)
-                runtime.send(conn, (STOP_MESH, req_id, self._ref.mesh_id), [])
+                runtime.send(conn, headers.StopMesh(req_id, self._ref.mesh_id), [])
                 request.conns.append(conn)
             except ActorDiedError:
                 runtime.call_soon(request.count)

@@ -15,9 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .._core import dumps_arguments, loads
-from .._core._envelope import CALL, CANCEL, raised_error
-from .._core._limits import check_message_size
+from .._core import check_message_size, dumps, dumps_arguments, headers, loads, raised_error
 from .._exceptions import (
     ActorDiedError,
     ActorError,
@@ -26,7 +24,7 @@ from .._exceptions import (
     endpoint_named,
 )
 from .._hosts import Runtime
-from .._pure._sharding import CallbackDispatch, as_dispatch
+from .._pure import CallbackDispatch, as_dispatch
 from .._shape import ValueMesh
 from ._actor import point_of
 from ._choose import WhenFull, check_limits, keyed, submit
@@ -51,6 +49,8 @@ class _Request:
     # Whether a host agent may hold its workers' replies and send them as one (the caller
     # waits for all of them anyway).
     gathers = False
+    # A reducing call's combine function, pickled: host agents fold their workers' values.
+    combine: bytes | None = None
 
     def __init__(self, mesh: ActorMesh[Any], endpoint: str, ranks: tuple[int, ...]) -> None:
         self.runtime = Runtime.get()
@@ -110,7 +110,8 @@ class _Request:
             (conn, ranks, self._header(ranks, route.token_for(path) if route else None), parts)
             for path, conn, ranks, parts in ready
         ]
-        unreachable.extend(runtime.send_frames(outgoing, self.req_id if self.gathers else 0))
+        gather = self.req_id if self.gathers else 0
+        unreachable.extend(runtime.send_frames(outgoing, gather, self.combine))
         for path, ranks, parts in held:
             self._hold(path, ranks, parts)
         for ranks, reason in unreachable:
@@ -144,15 +145,11 @@ class _Request:
         """Count the call to ``rank`` in flight; its start time."""
         return self.state.started(rank)
 
-    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> tuple[Any, ...]:
+    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> headers.Header:
         """The frame header for ``ranks``; with a reply route's ``token``, if it has one,
         and the shape of a slice the call was made on (see ``_message_view``)."""
         view = self.mesh._message_view()
-        if view is not None:
-            return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint, token, None, view)
-        if token is None:
-            return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint)
-        return (CALL, self.req_id, self.ref.mesh_id, ranks, self.endpoint, token)
+        return headers.Call(self.req_id, self.ref.mesh_id, ranks, self.endpoint, token, None, view)
 
     def _fail_unreachable(self, ranks: tuple[int, ...], reason: str) -> None:
         for rank in ranks:
@@ -356,7 +353,9 @@ class _Request:
         for conn, ranks in by_conn.items():
             # Best effort: a process that is gone has nothing left to cancel.
             with contextlib.suppress(ActorDiedError):
-                self.runtime.send(conn, (CANCEL, self.req_id, self.ref.mesh_id, tuple(ranks)), [])
+                self.runtime.send(
+                    conn, headers.Cancel(self.req_id, self.ref.mesh_id, tuple(ranks)), []
+                )
         for rank, started in list(self.started.items()):
             self.state.finished(rank, started, False)
         self.started.clear()
@@ -440,6 +439,54 @@ class _Gather(_Request):
             self.future._set_result(self.transform(result) if self.transform else result)
         except Exception as error:
             self.future._set_exception(error)
+
+
+class _Reduce(_Gather):
+    """``reduce``: every rank's value combined into one by an associative and commutative
+    function; host agents combine their own workers' values first and answer with one
+    ``PARTIAL`` reply each (``_hosts/_reduction.py``)."""
+
+    routed = False  # the answers come through the agents, never on a reply route
+
+    def __init__(self, mesh: ActorMesh[Any], endpoint: str, combine: Callable[[Any, Any], Any]):
+        super().__init__(mesh, endpoint)
+        self.fold = combine
+        self.combine = dumps(combine)[0]  # raises here, at the call, if it cannot travel
+        self.folded = 0
+        self.value: Any = None
+
+    def on_reply(self, rank: int, ok: bool, parts: list[memoryview]) -> bool:
+        if rank != headers.PARTIAL:
+            return super().on_reply(rank, ok, parts)
+        ranks, value = loads(parts[0], parts[1:])
+        for covered in ranks:
+            if self.outstanding.pop(covered, None) is None:
+                continue
+            started = self.started.pop(covered, None)
+            if started is not None:
+                self.state.finished(covered, started, True)
+            if self.state.dead:
+                self._answered(covered)
+        self._value(headers.PARTIAL, value)
+        if not self.outstanding:
+            self._complete()
+            return True
+        return False
+
+    def _value(self, rank: int, value: Any) -> None:
+        try:
+            self.value = value if not self.folded else self.fold(self.value, value)
+        except Exception as error:
+            self.future._set_exception(error)
+        self.folded += 1
+
+    def _complete(self) -> None:
+        if self.future.done():
+            return
+        if self.deaths:
+            self._fail_with_deaths()
+            return
+        self.future._set_result(self.value)
 
 
 class _One(_Request):
@@ -590,6 +637,18 @@ class Adverbs:
         request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])
         return request.future
 
+    def reduce(
+        self,
+        ep: Endpoint[Any, Any],
+        combine: Callable[[Any, Any], Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Future[Any]:
+        parts = self._prepare(ep, args, kwargs)
+        request = _Reduce(self.mesh, ep.name, combine)
+        request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])
+        return request.future
+
     def call_one(
         self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Future[Any]:
@@ -622,10 +681,7 @@ class Adverbs:
         dead: dict[int, str] = {}
         outgoing = []
         for path, ranks in self.mesh._routes():
-            header: tuple[Any, ...] = (CALL, 0, mesh_id, ranks, ep.name)
-            view = self.mesh._message_view()
-            if port is not None or view is not None:
-                header = (*header, None, port, view)
+            header = headers.Call(0, mesh_id, ranks, ep.name, None, port, self.mesh._message_view())
             if runtime.relaunching(path):
                 later = functools.partial(_send_later, runtime, path, header, parts)
                 if runtime.when_back(path, later):
@@ -700,10 +756,10 @@ class Adverbs:
             if inspect.iscoroutine(result):
                 # An `async def` dispatch_fn: run it on the runtime's loop, where it can
                 # await the calls it makes without blocking any thread.
-                from ._proc_mesh import _from_concurrent
+                from ._future import from_concurrent
 
                 runtime = Runtime.get()
-                return _from_concurrent(runtime, runtime.submit(result))
+                return from_concurrent(runtime, runtime.submit(result))
             return resolved(result)
         shape, paths = self.mesh._shape, self.mesh._ref.paths
         limit = Runtime.get().config.max_message_bytes

@@ -13,12 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from .._hosts import ChildProcess, Runtime
-from .._hosts._agent_link import AgentLink
-from .._hosts._process import LaunchCommand
+from .._hosts import AgentLink, ChildProcess, LaunchCommand, Runtime
 from .._shape import Point
 
-__all__ = ["Allocator", "LocalAllocator", "ProcessSpec"]
+__all__ = ["Allocator", "HostAllocator", "LocalAllocator", "ProcessSpec"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +58,27 @@ class Allocator(Protocol):
 
     async def stop(self, runtime: Runtime, processes: Sequence[ChildProcess], grace: float) -> None:
         """Stop ``processes`` (given ``grace`` seconds to exit) and release what they held."""
+        ...
+
+
+@runtime_checkable
+class HostAllocator(Allocator, Protocol):
+    """An allocator that can also give a host mesh its hosts (``host_mesh(n,
+    allocator=...)``): a host agent on each, owned by this process' runtime.
+
+    A host allocator starts ``actormesh host --join ADDRESS`` on each host, with the
+    address of ``runtime.listen_tcp()`` and the job's secret (``runtime.secret``, passed
+    as ``ACTORMESH_SECRET`` or ``--secret-file``); waits for the agents with
+    ``JoinWait(runtime, count, accept=is_agent)``; and owns each with
+    ``runtime.adopt_agent(joined)``. Both methods run on the runtime's event loop.
+    """
+
+    async def start_hosts(self, runtime: Runtime, count: int) -> list[AgentLink]:
+        """Start ``count`` host agents and return their links, joined to ``runtime``."""
+        ...
+
+    async def stop_hosts(self, runtime: Runtime, links: Sequence[AgentLink], grace: float) -> None:
+        """Stop the agents of ``links`` (they end every process they started)."""
         ...
 
 

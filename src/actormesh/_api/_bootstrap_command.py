@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._hosts._process import WORKER_ARGS, LaunchCommand
+from .._hosts import WORKER_ARGS, LaunchCommand
 
 __all__ = ["BootstrapCommand", "HOST_BOOTSTRAP_VARIABLE", "default_bootstrap_cmd", "host_bootstrap"]
 

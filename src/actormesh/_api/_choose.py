@@ -24,14 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._exceptions import ActorDiedError, CallTimeoutError, MeshBusyError
 from .._hosts import Runtime
-from .._pure._routing import (
-    Affinity,
-    ChoosePolicy,
-    NoCapacity,
-    WorkQueue,
-    policy_from,
-    takes_key,
-)
+from .._pure import Affinity, ChoosePolicy, NoCapacity, WorkQueue, policy_from, takes_key
 from ._future import Future
 
 if TYPE_CHECKING:

@@ -11,8 +11,7 @@ import contextvars
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core import CoreRuntime
-from .._core._mailbox import CURRENT_MESSAGE
+from .._core import CURRENT_MESSAGE, CoreRuntime
 from .._shape import Point, Shape
 
 __all__ = [

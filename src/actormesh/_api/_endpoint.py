@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec,
 
 from .._core import EndpointKind
 from .._exceptions import NotAnEndpointError
-from .._pure._routing import policy_from
-from .._pure._signature import Arity
+from .._pure import Arity, policy_from
 
 if TYPE_CHECKING:
     from .._shape import ValueMesh
@@ -158,6 +157,31 @@ class Endpoint(Generic[P, R]):
             return target._adverbs.choose(  # type: ignore[no-any-return]
                 self, args, kwargs, key, max_in_flight, when_full
             )
+
+        return call
+
+    def reduce(self, combine: Callable[[R, R], R]) -> Callable[P, Future[R]]:
+        """Call every actor and combine their values into one with ``combine``:
+        ``total = mesh.count.reduce(operator.add)(batch).get()``.
+
+        ``combine(a, b)`` must be associative and commutative (``operator.add``, ``max``,
+        ``torch.maximum``): values are combined in the order they arrive. A host agent
+        combines the values of its own host's actors first and sends one, so the caller
+        receives one value per host, not one per actor (docs/multihost.md). The first
+        actor error fails the call, as ``call`` does.
+
+        Raises:
+            TypeError: ``combine`` is not callable.
+        """
+        if not callable(combine):
+            raise TypeError(
+                f"reduce() needs a function that combines two values, such as "
+                f"operator.add, not {type(combine).__name__} {combine!r}"
+            )
+        target = self._target()
+
+        def call(*args: P.args, **kwargs: P.kwargs) -> Future[R]:
+            return target._adverbs.reduce(self, combine, args, kwargs)  # type: ignore[no-any-return]
 
         return call
 

@@ -12,14 +12,15 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Generator
+from concurrent.futures import Future as ConcurrentFuture
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from .._exceptions import CallTimeoutError
 
 if TYPE_CHECKING:
-    from .._core._reply_routes import ReplyRoute
+    from .._core import ReplyRoute
 
-__all__ = ["Future"]
+__all__ = ["Future", "from_concurrent"]
 
 R = TypeVar("R")
 _PENDING, _DONE, _FAILED = 0, 1, 2
@@ -413,3 +414,30 @@ def resolved(value: R) -> Future[R]:
 _new_object = object.__new__
 
 Future.__module__ = "actormesh"
+
+
+class _Loop(Protocol):
+    """What ``from_concurrent`` needs of a runtime."""
+
+    def in_loop_thread(self) -> bool: ...
+
+
+def _cancel(inner: ConcurrentFuture[Any]) -> None:
+    inner.cancel()
+
+
+def from_concurrent(runtime: _Loop, inner: ConcurrentFuture[R]) -> Future[R]:
+    """An actormesh ``Future`` that follows a ``concurrent.futures.Future`` (work the
+    runtime's loop does for a caller: a spawn, a stop, a group's setup)."""
+    future: Future[R] = Future._new(runtime.in_loop_thread, on_cancel=lambda: _cancel(inner))
+
+    def copy(done: ConcurrentFuture[R]) -> None:
+        if done.cancelled():
+            future._set_exception(asyncio.CancelledError())
+        elif done.exception() is not None:
+            future._set_exception(done.exception())  # type: ignore[arg-type]
+        else:
+            future._set_result(done.result())
+
+    inner.add_done_callback(copy)
+    return future

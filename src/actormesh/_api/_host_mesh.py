@@ -21,21 +21,21 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .._hosts import ChildProcess, Runtime
-from .._hosts._agent_link import AgentLink, WorkerSpec
-from .._hosts._setup import ProcessSetup, prepare
+from .._hosts import AgentLink, ChildProcess, ProcessSetup, Runtime, WorkerSpec, prepare
 from .._shape import Point, Shape, Shaped
 from .._transport import parse_worker_address
 from . import _restart, _supervision
-from ._allocator import Allocator, LocalAllocator, ProcessSpec
+from ._allocator import Allocator, HostAllocator, LocalAllocator, ProcessSpec
 from ._bootstrap_command import (
     HOST_BOOTSTRAP_VARIABLE,
     BootstrapCommand,
     default_bootstrap_cmd,
     host_bootstrap,
 )
-from ._future import Future
-from ._proc_mesh import ProcMesh, _from_concurrent, managed, process_specs
+from ._future import Future, from_concurrent
+from ._job_records import check_name
+from ._leased_job import LeasedJob, check_free, procs_key, start_lease
+from ._proc_mesh import ProcMesh, managed, process_specs
 
 __all__ = ["HostMesh", "attach_to_workers", "host_mesh", "this_host", "this_proc"]
 
@@ -53,6 +53,8 @@ class _Hosts:
         self.stopped = False
         # Process meshes started on these hosts: stopped before the hosts go.
         self.procs: list[ProcMesh] = []
+        # The lease of a job that outlives its controller (host_mesh(keep_alive=...)).
+        self.job: LeasedJob | None = None
 
 
 class HostMesh(Shaped):
@@ -166,6 +168,9 @@ class HostMesh(Shaped):
             )
         _supervision.install(runtime)
         label = name or "procs"
+        job = self._hosts.job
+        if job is not None:
+            job.claim(procs_key(label), "process mesh")
         specs = self._with_commands(process_specs(shape, label, env), bootstrap_command)
         links = [self._hosts.links[rank] for rank in self._shape.ranks]
         start = _launch(runtime, links, specs, math.prod(per_host.values()), bootstrap)
@@ -179,6 +184,8 @@ class HostMesh(Shaped):
         wait = runtime.config.spawn_timeout * 2 + 30  # the launch itself times out first
         procs = runtime.submit(build()).result(wait)
         self._hosts.procs.append(procs)
+        if job is not None:
+            job.note_procs(procs, self, math.prod(per_host.values()))
         return procs
 
     def _with_commands(
@@ -222,9 +229,11 @@ class HostMesh(Shaped):
         links = [link for link in hosts.links if link is not None]
         if hosts.stopped or not links:
             hosts.stopped = hosts.stopped or bool(links)
-            return _from_concurrent(runtime, runtime.submit(_nothing()))
+            return from_concurrent(runtime, runtime.submit(_nothing()))
         hosts.stopped = True
         grace = runtime.config.stop_grace
+        if hosts.job is not None:
+            hosts.job.ended()
 
         async def stop() -> None:
             # Their processes first: ending with the hosts is no failure of theirs.
@@ -232,7 +241,7 @@ class HostMesh(Shaped):
                 await procs.stop()
             await hosts.allocator.stop_hosts(runtime, links, grace)
 
-        return _from_concurrent(runtime, runtime.submit(stop()))
+        return from_concurrent(runtime, runtime.submit(stop()))
 
     def stop(self) -> Future[None]:
         """The same as ``shutdown()``."""
@@ -361,7 +370,7 @@ def attach_to_workers(
         TimeoutError: nothing listened at an address in time.
     """
     del private_key, name
-    from .._hosts._agent import dial_agent
+    from .._hosts import dial_agent
 
     runtime = Runtime.get()
     _supervision.install(runtime)
@@ -389,7 +398,13 @@ def attach_to_workers(
     return result
 
 
-def host_mesh(hosts: int, *, allocator: Allocator | None = None) -> Future[HostMesh]:
+def host_mesh(
+    hosts: int,
+    *,
+    allocator: Allocator | None = None,
+    name: str | None = None,
+    keep_alive: float | None = None,
+) -> Future[HostMesh]:
     """A mesh of ``hosts`` hosts, each with a host agent, from ``allocator``.
 
     ``ExternalAllocator``: agents started by a cluster launcher with ``actormesh host
@@ -398,21 +413,50 @@ def host_mesh(hosts: int, *, allocator: Allocator | None = None) -> Future[HostM
     a program written for several hosts on one). The mesh's dimension is ``hosts``;
     ``shutdown()`` ends the agents and their processes.
 
+    With ``keep_alive`` (seconds) the hosts are a job named ``name`` that outlives this
+    controller (docs/leases.md): when this process exits or dies, the agents, their
+    processes and their actors run on for up to ``keep_alive`` seconds with nobody
+    attached, and ``actormesh.attach(name)`` in another process gives back the meshes
+    spawned on them, by name. ``shutdown()`` ends the job.
+
     Raises:
-        TypeError: the allocator cannot start host agents.
+        TypeError: the allocator cannot start host agents; ``name`` is not a str.
+        ValueError: ``hosts`` is not a positive int; ``keep_alive`` is not a positive
+            number, or is given without a ``name`` (or a ``name`` that is not a job
+            name: letters, digits, ``.``, ``_``, ``-``, or the name of a job that runs).
     """
     if allocator is None:
         allocator = LocalAllocator()
-    start_hosts = getattr(allocator, "start_hosts", None)
-    if start_hosts is None:
-        raise TypeError(f"{allocator!r} cannot start host agents (it has no start_hosts())")
+    if not isinstance(allocator, HostAllocator):
+        raise TypeError(
+            f"{allocator!r} cannot start host agents: it is not a HostAllocator "
+            "(it has no start_hosts()/stop_hosts())"
+        )
+    start_hosts = allocator.start_hosts
     if isinstance(hosts, bool) or not isinstance(hosts, int) or hosts < 1:
         raise ValueError(f"hosts must be a positive int, not {hosts!r}")
+    if keep_alive is not None:
+        if isinstance(keep_alive, bool) or not isinstance(keep_alive, int | float):
+            raise ValueError(f"keep_alive must be a number of seconds, not {keep_alive!r}")
+        if not keep_alive > 0:
+            raise ValueError(f"keep_alive must be positive, not {keep_alive!r}")
+        if name is None:
+            raise ValueError("keep_alive needs a name= for the job: it is attached by name")
+        check_name(name)
+        check_free(name)
     runtime = Runtime.get()
     _supervision.install(runtime)
 
     async def start() -> HostMesh:
         links: list[AgentLink] = await start_hosts(runtime, hosts)
-        return HostMesh(_Hosts(list(links), allocator), Shape.from_dims(("hosts",), (hosts,)))
+        mesh = HostMesh(_Hosts(list(links), allocator), Shape.from_dims(("hosts",), (hosts,)))
+        if keep_alive is not None and name is not None:
+            try:
+                mesh._hosts.job = await start_lease(runtime, name, float(keep_alive), links)
+            except BaseException:
+                await allocator.stop_hosts(runtime, links, 0.0)
+                raise
+            mesh._hosts.job.note_hosts(mesh)
+        return mesh
 
-    return _from_concurrent(runtime, runtime.submit(start()))
+    return from_concurrent(runtime, runtime.submit(start()))

@@ -15,7 +15,15 @@ from typing import Any
 
 from .._exceptions import MeshStoppedError, SupervisionError
 
-__all__ = ["DEATHS", "DEFAULT_STOP_REASON", "Failure", "MeshState", "all_states", "state_of"]
+__all__ = [
+    "DEATHS",
+    "DEFAULT_STOP_REASON",
+    "Failure",
+    "MeshState",
+    "all_states",
+    "fresh_state",
+    "state_of",
+]
 
 # Failure kinds after which the ranks are gone for good (not restarted): a process died;
 # an actor's ``__init__`` raised ("init");
@@ -115,6 +123,8 @@ class MeshState:
         self.choose_lock = threading.Lock()
         # What to stop with the mesh: the processes `actor_mesh()` started for it.
         self.owned: Any = None
+        # The leased job whose record of the mesh a stop removes (see _leased_job).
+        self.job: Any = None
         # For failure reports: the mesh's reference (class, dimensions) and who spawned it.
         self.ref: Any = None
         self.creator: Any = None
@@ -235,6 +245,14 @@ def state_of(mesh_id: str, name: str, paths: tuple[str, ...]) -> MeshState:
             state = _STATES.get(mesh_id)
             if state is None:
                 state = _STATES[mesh_id] = MeshState(mesh_id, name, paths)
+    return state
+
+
+def fresh_state(mesh_id: str, name: str, paths: tuple[str, ...]) -> MeshState:
+    """A new state for mesh ``mesh_id``, replacing any: a controller attaching again to
+    a leased job it had detached from starts over with the mesh (not stopped)."""
+    with _STATES_LOCK:
+        state = _STATES[mesh_id] = MeshState(mesh_id, name, paths)
     return state
 
 

@@ -20,13 +20,11 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
-from .._hosts import Runtime
-from .._hosts._process import describe_exit
+from .._hosts import Runtime, describe_exit
 from .._transport import parse_worker_address
 from ._bootstrap_command import BootstrapCommand, default_bootstrap_cmd
-from ._future import Future
+from ._future import Future, from_concurrent
 from ._host_mesh import this_proc
-from ._proc_mesh import _from_concurrent
 from ._returns_future import returns_future
 
 __all__ = [
@@ -72,7 +70,7 @@ def get_or_spawn_controller(name: str, actor_class: type, *args: Any, **kwargs: 
         await mesh.initialized
         return mesh
 
-    return _from_concurrent(runtime, runtime.submit(ready()))
+    return from_concurrent(runtime, runtime.submit(ready()))
 
 
 # -- futures from coroutines --------------------------------------------------------------------
@@ -95,7 +93,7 @@ def shutdown_context(host_timeout: float | None = None) -> Future[None]:
         if children:
             await runtime.stop_processes(children, runtime.config.stop_grace)
 
-    return _from_concurrent(runtime, runtime.submit(stop()))
+    return from_concurrent(runtime, runtime.submit(stop()))
 
 
 # -- transports, workers and gateways ---------------------------------------------------------
@@ -150,7 +148,7 @@ def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = 
         OSError: it cannot be listened at (``listen: ...``).
     """
     del private_key
-    from .._hosts._worker_loop import serve_worker_loop
+    from .._hosts import serve_worker_loop
 
     parse_worker_address(address)
     serve_worker_loop(address, _secret(ca))
@@ -201,7 +199,7 @@ def start_worker_loop_forever(
         )
 
     threading.Thread(target=wait, name="actormesh-worker-loop", daemon=True).start()
-    return _from_concurrent(Runtime.get(), ended)
+    return from_concurrent(Runtime.get(), ended)
 
 
 def _exit_with_worker() -> NoReturn:

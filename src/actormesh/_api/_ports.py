@@ -24,9 +24,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
-from .._core import dumps, loads
-from .._core._envelope import REPLY, error_from_payload, error_payload
-from .._core._mailbox import CURRENT_MESSAGE
+from .._core import CURRENT_MESSAGE, dumps, error_from_payload, error_payload, headers, loads
 from .._hosts import Runtime
 from ._context import current_rank
 from ._future import Future
@@ -162,7 +160,7 @@ class Port(Generic[R]):
     def _deliver(self, ok: bool, parts: list[Any]) -> None:
         runtime = Runtime.get()
         rank = current_rank().rank
-        runtime.send(runtime.connection(self._address), (REPLY, self._id, rank, ok), parts)
+        runtime.send(runtime.connection(self._address), headers.Reply(self._id, rank, ok), parts)
 
     @property
     def address(self) -> tuple[str, int]:

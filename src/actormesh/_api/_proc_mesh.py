@@ -20,13 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, TypeVar, cast
 
-from .. import _observe
-from .._core import dumps
-from .._core._envelope import SPAWN, STOP_MESH
+from .._core import dumps, headers
 from .._exceptions import ActorClassError, ActorDiedError, ActorInitError, MeshStoppedError
-from .._hosts import ChildProcess, Runtime
-from .._hosts._remote import Status
-from .._hosts._setup import ProcessSetup, prepare
+from .._hosts import ChildProcess, ProcessSetup, Runtime, Status, prepare
 from .._shape import Point, Shape, Shaped, ValueMesh
 from . import _restart, _supervision
 from ._actor import Actor, SpawnSpec, endpoint_table
@@ -34,7 +30,8 @@ from ._actor_mesh import ActorMesh, MeshRef, _StopRequest
 from ._adverbs import _Gather
 from ._allocator import Allocator, LocalAllocator, ProcessSpec
 from ._context import adopt, context
-from ._future import Future, resolved
+from ._future import Future, from_concurrent, resolved
+from ._leased_job import actors_key
 from ._mesh_state import DEFAULT_STOP_REASON, Failure, all_states
 
 __all__ = ["ProcMesh", "managed", "own_process", "proc_mesh", "process_specs"]
@@ -66,6 +63,8 @@ class _Processes:
         self.restarter: _restart.Restarter | None = None
         # The host mesh it was spawned on and the processes per host (spawn_procs).
         self.hosts: tuple[Any, int] | None = None
+        # The leased job it belongs to, which writes down its actor meshes (_leased_job).
+        self.job: Any = None
 
 
 class _ProcessRef:
@@ -134,6 +133,9 @@ class ProcMesh(Shaped):
             raise TypeError(f"spawn needs a mesh name (a non-empty str) first, got {name!r}")
         if not (isinstance(actor_class, type) and issubclass(actor_class, Actor)):
             raise ActorClassError(f"spawn needs a subclass of actormesh.Actor, got {actor_class!r}")
+        job = self._processes.job
+        if job is not None:
+            job.claim(actors_key(name), "actor mesh")
         labels, sizes = self._shape.labels, self._shape.sizes
         children = self._processes.children
         ref = MeshRef(
@@ -152,7 +154,11 @@ class ProcMesh(Shaped):
         creator = context().actor_instance.as_creator()
         mesh._state.creator = creator
         _supervision.adopt(mesh._state)
-        _observe.spawned(mesh)  # actormesh top / stacks / debug see it
+        # Imported here: _observe reads this package's meshes, so importing it at load
+        # time would make the two packages import each other.
+        from .._observe import spawned
+
+        spawned(mesh)  # actormesh top / stacks / debug see it
         spec = SpawnSpec(
             actor_class, args, kwargs, name, labels, sizes, mesh, proc_mesh=self, creator=creator
         )
@@ -160,6 +166,8 @@ class ProcMesh(Shaped):
         self._processes.meshes.append(ref.mesh_id)
         if self._processes.restarter is not None:
             self._processes.restarter.remember(mesh, spec)
+        if job is not None:
+            job.note_actors(mesh, actor_class, self)  # before the spawn: in order with it
         request = _Spawn(mesh)
         mesh._state.initialized = request.future
         request.send([(path, ranks, [payload, *buffers]) for path, ranks in mesh._routes()])
@@ -177,8 +185,10 @@ class ProcMesh(Shaped):
                 "spawned on it with their own stop())"
             )
         if processes.stopped:
-            return _from_concurrent(runtime, _done_future())
+            return from_concurrent(runtime, _done_future())
         processes.stopped = True
+        if processes.job is not None:
+            processes.job.forget_procs(self)
         if processes.restarter is not None:
             _restart.uninstall(processes.restarter)
         for state in all_states():
@@ -193,7 +203,7 @@ class ProcMesh(Shaped):
             owned = cast(list[ChildProcess], processes.children)  # (only owners stop)
             await processes.allocator.stop(runtime, owned, grace)
 
-        return _from_concurrent(runtime, runtime.submit(stopping()))
+        return from_concurrent(runtime, runtime.submit(stopping()))
 
     async def logging_option(
         self,
@@ -300,7 +310,7 @@ async def _stop_actors(runtime: Runtime, processes: _Processes, grace: float) ->
             continue
         request.conns.append(conn)
         for mesh_id in processes.meshes:
-            runtime.send(conn, (STOP_MESH, req_id, mesh_id), [])
+            runtime.send(conn, headers.StopMesh(req_id, mesh_id), [])
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(_awaited(future), grace)
 
@@ -320,8 +330,8 @@ class _Spawn(_Gather):
 
     routed = False  # answers come back on the runtime's connection, which watches them
 
-    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> tuple[Any, ...]:
-        return (SPAWN, self.req_id, self.ref.mesh_id, ranks)
+    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> headers.Header:
+        return headers.Spawn(self.req_id, self.ref.mesh_id, ranks)
 
     def _error(self, rank: int, error: BaseException) -> None:
         self.errors[rank] = error
@@ -412,7 +422,7 @@ def proc_mesh(
         children = await allocator.start(runtime, specs)
         return managed(runtime, name, children, allocator, mesh_shape, policy)
 
-    return _from_concurrent(runtime, runtime.submit(start()))
+    return from_concurrent(runtime, runtime.submit(start()))
 
 
 def process_specs(
@@ -490,7 +500,7 @@ class _OwnActors:
     async def stop(self, runtime: Runtime, processes: Sequence[ChildProcess], grace: float) -> None:
         conn = runtime.connection(runtime.listen_path)
         for mesh_id in self._processes.meshes:
-            runtime.send(conn, (STOP_MESH, 0, mesh_id), [])
+            runtime.send(conn, headers.StopMesh(0, mesh_id), [])
 
 
 _OWN: dict[int, ProcMesh] = {}
@@ -506,30 +516,10 @@ def own_process(runtime: Runtime) -> ProcMesh:
     return mesh
 
 
-def _cancel(inner: ConcurrentFuture[Any]) -> None:
-    inner.cancel()
-
-
 def _done_future() -> ConcurrentFuture[None]:
     done: ConcurrentFuture[None] = ConcurrentFuture()
     done.set_result(None)
     return done
-
-
-def _from_concurrent(runtime: Runtime, inner: ConcurrentFuture[T]) -> Future[T]:
-    """An actormesh ``Future`` that follows a ``concurrent.futures.Future``."""
-    future: Future[T] = Future._new(runtime.in_loop_thread, on_cancel=lambda: _cancel(inner))
-
-    def copy(done: ConcurrentFuture[T]) -> None:
-        if done.cancelled():
-            future._set_exception(asyncio.CancelledError())
-        elif done.exception() is not None:
-            future._set_exception(done.exception())  # type: ignore[arg-type]
-        else:
-            future._set_result(done.result())
-
-    inner.add_done_callback(copy)
-    return future
 
 
 _ = ValueMesh  # re-exported type used in docs

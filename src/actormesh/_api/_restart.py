@@ -30,8 +30,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._core import dumps
-from .._core._envelope import SPAWN
+from .._core import dumps, headers
 from .._exceptions import ActorDiedError
 from .._hosts import ChildProcess, Runtime
 from ._adverbs import _Request
@@ -122,6 +121,15 @@ class Restarter:
             self.runtime.end_relaunch(path, ActorDiedError("the process mesh was stopped"))
             return
         self.processes.children[self.processes.children.index(child)] = new
+        self.runtime.record_event(
+            "restart",
+            mesh=self.processes.name,
+            rank=child.rank,
+            pid=new.pid,
+            address=path,
+            message=child.restart_note,
+            old_pid=child.pid,
+        )
         problems = await self._rebuild(path)
         if problems:
             self._failed(child, "; ".join(problems))
@@ -165,6 +173,9 @@ class Restarter:
     def _failed(self, child: ChildProcess, why: str) -> None:
         reason = f"rank {child.rank} could not be restarted: {why}"
         log.error("process mesh '%s': %s", self.processes.name, reason)
+        self.runtime.record_event(
+            "restart_failed", mesh=self.processes.name, rank=child.rank, message=reason
+        )
         for state in all_states():
             if state.stopped or state.mesh_id not in self.spawned:
                 continue
@@ -186,8 +197,8 @@ class _Respawn(_Request):
 
     routed = False  # answers come back on the runtime's connection, which watches them
 
-    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> tuple[Any, ...]:
-        return (SPAWN, self.req_id, self.ref.mesh_id, ranks)
+    def _header(self, ranks: tuple[int, ...], token: str | None = None) -> headers.Header:
+        return headers.Spawn(self.req_id, self.ref.mesh_id, ranks)
 
     def _value(self, rank: int, value: Any) -> None:
         pass

@@ -46,7 +46,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .._core._envelope import error_from_payload, error_payload
+from .._core import error_from_payload, error_payload
 from .._exceptions import ActorDiedError, SupervisionError
 from .._hosts import ChildProcess, Runtime
 from ._actor import point_of
@@ -57,7 +57,9 @@ __all__ = [
     "Failure",
     "actor_name",
     "adopt",
+    "claim",
     "install",
+    "release",
     "report",
     "set_failure_hook",
     "unhandled_fault_hook",
@@ -69,6 +71,21 @@ _HOOK = "__supervise__"
 
 _hook: Callable[[Failure], None] | None = None
 _installed: set[int] = set()
+# Socket paths whose deaths their owner handles itself (a service rebuilding a replica as
+# a unit): the ranks there are still recorded dead, but the handler hears of it instead
+# of the mesh's owner, as a restart within its budget does not bother the owner.
+_CLAIMED: dict[str, Callable[[ChildProcess, str], None]] = {}
+
+
+def claim(path: str, handler: Callable[[ChildProcess, str], None]) -> None:
+    """Let ``handler(child, reason)`` (loop thread) take the death of the process at
+    ``path`` instead of the owners of the meshes it hosts."""
+    _CLAIMED[path] = handler
+
+
+def release(path: str) -> None:
+    """Undo `claim` (the process is being stopped or was replaced)."""
+    _CLAIMED.pop(path, None)
 
 
 def set_failure_hook(hook: Callable[[Failure], None] | None) -> None:
@@ -101,8 +118,19 @@ def report(state: MeshState, failure: Failure) -> None:
     """Hand ``failure`` of ``state``'s mesh to its owner (loop thread)."""
     owner = state.owner
     runtime = Runtime.current()
+    if runtime is not None:
+        runtime.record_event(
+            "supervision",
+            mesh=failure.mesh,
+            rank=failure.ranks[0] if len(failure.ranks) == 1 else None,
+            message=str(failure.error),
+            failure=failure.kind,
+            ranks=list(failure.ranks),
+            actor=failure.actor,
+            cause=failure.cause,
+        )
     if owner is not None and runtime is not None:
-        if runtime.deliver_local(*owner, _Supervise(runtime, owner, failure)):
+        if runtime.hosting.deliver_local(*owner, _Supervise(runtime, owner, failure)):
             return
         # The owning actor is gone (its mesh stopped): its own owner hears of it.
         if _escalate(runtime, owner, failure, None):
@@ -186,7 +214,7 @@ def _escalate(
         failure,
     )
     payload = error_payload(error, mesh=mesh_id.rsplit("-", 1)[0], point={}, endpoint=_HOOK)
-    return runtime.escalate(mesh_id, rank, _HOOK, payload)
+    return runtime.hosting.escalate(mesh_id, rank, _HOOK, payload)
 
 
 class _Supervise:
@@ -239,7 +267,7 @@ class _Supervise:
         error = SupervisionError(
             f"did not handle a failure of mesh '{self.failure.mesh}' it owns", self.failure
         )
-        self.runtime.drop_actor(mesh_id, rank, error)
+        self.runtime.hosting.drop_actor(mesh_id, rank, error)
 
 
 def _on_failure_frame(mesh_id: str, rank: int, endpoint: str, payload: memoryview) -> None:
@@ -264,6 +292,7 @@ def _on_process_exit(child: ChildProcess, reason: str) -> None:
     runtime = Runtime.current()
     if runtime is not None and runtime.relaunching(child.listen_path):
         return  # the restart policy handles it; the owner hears only if it fails
+    claimant = _CLAIMED.pop(child.listen_path, None)
     for state in all_states():
         if state.stopped:
             continue
@@ -272,6 +301,8 @@ def _on_process_exit(child: ChildProcess, reason: str) -> None:
             continue
         for rank in ranks:
             state.dead.setdefault(rank, reason)
+        if claimant is not None:
+            continue
         error = ActorDiedError(
             f"the process of actor(s) {list(ranks)} of mesh '{state.name}' died: {reason}",
             reason=reason,
@@ -285,6 +316,8 @@ def _on_process_exit(child: ChildProcess, reason: str) -> None:
         else:
             cause = f"the process this actor was running on failed: {reason}"
         report(state, Failure(state.name, ranks, "died", error, actor_name(state, ranks[0]), cause))
+    if claimant is not None:
+        claimant(child, reason)
 
 
 def actor_name(state: MeshState, rank: int) -> str:

@@ -16,9 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._core import loads
-from .._core._envelope import INSPECT
-from .._core._inspect import explain
+from .._core import explain, headers, loads
 from .._exceptions import ActorDiedError, CallTimeoutError, endpoint_named
 from .._hosts import Runtime
 
@@ -67,7 +65,7 @@ class Inspection:
             return
         self._req_id = self.runtime.register(self)
         for conn, ranks in self._by_conn.items():
-            header = (INSPECT, self._req_id, self._mesh_id, tuple(ranks), self._call_id)
+            header = headers.Inspect(self._req_id, self._mesh_id, tuple(ranks), self._call_id)
             try:
                 self.runtime.send(conn, header, [])
             except ActorDiedError:
@@ -117,6 +115,12 @@ def timeout_error(
     """The ``CallTimeoutError`` for a wait on ``endpoint`` that ran out of time."""
     after = f"after {timeout:g} s" if timeout is not None else ""
     head = f"timed out {after} waiting for {endpoint_named(endpoint)} of mesh '{mesh}'"
+    runtime = Runtime.current()
+    if runtime is not None:
+        rank = pending[0] if len(pending) == 1 else None
+        runtime.record_event(
+            "timeout", mesh=mesh, rank=rank, message=head, endpoint=endpoint, pending=pending
+        )
     if not pending:
         return CallTimeoutError(head)
     lines = [

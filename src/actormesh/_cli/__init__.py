@@ -2,12 +2,17 @@
 
 - ``actormesh host --join HOST:PORT`` and ``actormesh worker --join HOST:PORT``: processes
   that join a controller from other hosts (``_join``);
-- ``actormesh jobs``: this user's running controllers;
+- ``actormesh jobs``: this user's running controllers, then its leased jobs (``_leases``);
+- ``actormesh exec JOB script.py`` and ``actormesh kill JOB``: run a script as a leased
+  job's controller; end a leased job everywhere (``_leases``);
 - ``actormesh top``: a live view of a job's meshes and ranks (``_top``);
 - ``actormesh stacks [--mesh M] [--rank R]``: every selected rank's Python stacks,
   grouped where ranks share one (``_stacks``);
 - ``actormesh debug``: the ranks stopped at ``breakpoint()``, and a pdb prompt for each
-  (``_debug``).
+  (``_debug``);
+- ``actormesh log [JOB]``: a job's event log, after the run too (``_log``);
+- ``actormesh timeline [JOB] -o trace.json``: a running job's calls per rank as a
+  Chrome / Perfetto trace (``_timeline``).
 
 Jobs are found through the per-user registry (``actormesh._observe._registry``);
 ``--job PID`` picks one when several run.
@@ -19,7 +24,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _join
+from . import _join, _leases, _log, _timeline
 
 __all__ = ["main"]
 
@@ -30,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     _join.add_commands(commands)
-    jobs = commands.add_parser("jobs", help="list this user's running jobs")
+    _leases.add_commands(commands)
+    jobs = commands.add_parser("jobs", help="list this user's running and leased jobs")
     top = commands.add_parser(
         "top",
         help="live view of a running job",
@@ -55,10 +61,17 @@ def _parser() -> argparse.ArgumentParser:
     stacks.add_argument(
         "--rank", type=int, action="append", metavar="R", help="only rank R (repeatable)"
     )
+    stacks.add_argument(
+        "--native",
+        action="store_true",
+        help="C and Python frames of every thread, and the GIL's holder (py-spy)",
+    )
     debug.add_argument("--rank", type=int, metavar="R", help="attach to rank R when it stops")
     top.add_argument(
         "--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes"
     )
+    _log.add_command(commands)
+    _timeline.add_command(commands)
     return parser
 
 
@@ -67,13 +80,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("worker", "host"):
         return _join.run(args)
+    if args.command == "log":
+        return _log.log(args)
+    if args.command == "exec":
+        return _leases.exec_script(args)
+    if args.command == "kill":
+        return _leases.kill(args)
     from ._client import JobError
 
     try:
         if args.command == "jobs":
             from ._stacks import jobs
 
-            return jobs(args)
+            status = jobs(args)
+            _leases.list_leased(args.job)
+            return status
         if args.command == "stacks":
             from ._stacks import stacks
 
@@ -82,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ._debug import debug
 
             return debug(args)
+        if args.command == "timeline":
+            return _timeline.timeline(args)
         if args.command == "top":
             from ._top import top
 

@@ -15,8 +15,7 @@ import select
 import socket
 from typing import Any
 
-from .._observe import JobAddress, find_jobs
-from .._observe._wire import read_message, write_message
+from .._observe import JobAddress, find_jobs, read_message, write_message
 from .._transport import connect_unix
 
 __all__ = ["JobClient", "JobError", "find_job"]

@@ -128,7 +128,7 @@ def _host(args: argparse.Namespace) -> int:
     reached = _reach_controller(args)
     if isinstance(reached, int):
         return reached
-    from .._hosts._agent import serve_agent
+    from .._hosts import serve_agent
 
     key = f"agent-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     serve_agent(key, format_tcp(*reached), own_group=False)

@@ -41,8 +41,10 @@ def _duration(seconds: float) -> str:
 def stacks(args: argparse.Namespace) -> int:
     """Print the stacks of the selected ranks of a job, grouped."""
     job = find_job(args.job)
-    with JobClient(job, timeout=15.0) as client:
-        answer = client.request("stacks", mesh=args.mesh, ranks=args.rank, timeout=5.0)
+    with JobClient(job, timeout=30.0 if args.native else 15.0) as client:
+        answer = client.request(
+            "stacks", mesh=args.mesh, ranks=args.rank, timeout=5.0, native=args.native
+        )
     found = [Stacks.from_json(data) for data in answer["stacks"]]
     if not found:
         which = f"named {args.mesh!r} " if args.mesh else ""

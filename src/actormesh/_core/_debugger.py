@@ -34,10 +34,8 @@ import threading
 from types import FrameType
 from typing import Any
 
-from .._transport import connect_address
-from .._transport._blocking import receive_exactly
-from .._transport._frames import PREFIX, encode_header, header_size, parse_lengths, parse_prefix
-from . import _envelope as env
+from .._transport import connect_address, read_frame, write_frame
+from . import _headers as hdr
 from ._mailbox import CURRENT_MESSAGE
 
 __all__ = ["debug", "install", "paused", "set_trace"]
@@ -131,9 +129,9 @@ class _Session:
     def send(self, op: str, details: dict[str, Any]) -> None:
         if self.closed:
             return
-        parts = [env.encode_header((env.DEBUG, self.sid, op)), pickle.dumps(details, 5)]
+        parts = [hdr.encode(hdr.Debug(self.sid, op)), pickle.dumps(details, 5)]
         try:
-            self.sock.sendall(encode_header([len(p) for p in parts]) + b"".join(parts))
+            write_frame(self.sock, parts)
         except OSError:
             self.close()
 
@@ -142,12 +140,12 @@ class _Session:
         self.send("read", {})  # the owner lets its person type now
         while not self.closed:
             try:
-                parts = _read_frame(self.sock)
+                parts = read_frame(self.sock, "a debug session")
             except (OSError, ConnectionError):
                 self.close()
                 return ""
-            header = env.decode_header(parts[0])
-            if header[0] == env.DEBUG and header[2] == "in":
+            header = hdr.decode(parts[0])
+            if header[0] == hdr.DEBUG and hdr.read(hdr.Debug, header).op == "in":
                 text = str(pickle.loads(parts[1]).get("text", ""))
                 return text if text.endswith("\n") else text + "\n"
         return ""
@@ -169,18 +167,6 @@ class _Session:
         _PAUSED.pop(self.key, None)
         with contextlib.suppress(OSError):
             self.sock.close()
-
-
-def _read_frame(sock: socket.socket) -> list[bytes]:
-    nparts, body = parse_prefix(receive_exactly(sock, PREFIX.size, "a debug session"), 0)
-    table = receive_exactly(sock, header_size(nparts) - PREFIX.size, "a debug session")
-    lengths = parse_lengths(PREFIX.pack(nparts, body) + table, 0, nparts)
-    data = receive_exactly(sock, body, "a debug session")
-    parts, offset = [], 0
-    for length in lengths:
-        parts.append(data[offset : offset + length])
-        offset += length
-    return parts
 
 
 class _Input:

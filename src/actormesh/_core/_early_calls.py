@@ -15,14 +15,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from .._transport import Connection
+from .._transport import Link
 
 __all__ = ["EarlyCalls"]
 
 # How many stopped meshes are remembered (their calls are answered at once).
 _ENDED_MAX = 4096
 
-Call = tuple[Connection, tuple[Any, ...], list[memoryview]]
+Call = tuple[Link, tuple[Any, ...], list[memoryview]]
 
 
 class EarlyCalls:

@@ -13,21 +13,29 @@ import functools
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, Protocol
 
 from .._config import Config
 from .._exceptions import ActorDiedError, MeshStoppedError, endpoint_named
-from .._transport import Connection, TransportClosed
-from . import _envelope as env
+from .._transport import Link, TransportClosed
+from . import _headers as hdr
 from . import _snapshot
 from ._debugger import paused
+from ._dispatch import Handler
 from ._early_calls import EarlyCalls
+from ._error_payload import error_payload
 from ._event_loops import new_event_loop
 from ._inspect import describe
 from ._limits import check_message_size
 from ._mailbox import Mailbox
 from ._serialization import dumps, loads
+from ._timeline import RECORDER
+
+# Seconds a call for a mesh unknown here waits for that mesh's spawn (see _early_calls):
+# the spawn is already on its way when the call could be made.
+_EARLY_CALL_WAIT = 10.0
 
 __all__ = ["Hosting"]
 
@@ -59,42 +67,38 @@ class _Delivery:
 
     __slots__ = (
         "answered",
+        "arrived",
         "buffers",
         "cancelled",
         "conn",
         "deferred",
         "endpoint",
+        "host",
         "hosted",
         "payload",
         "port",
         "rank",
+        "reply_bytes",
         "reply_conn",
         "req_id",
         "view",
     )
 
-    # The largest reply this process may send (Config.max_message_bytes, set by Runtime).
-    max_bytes: ClassVar[int] = 1 << 40
-    # How to reach a port's process (the runtime's ``connection``, set by Runtime).
-    connect: ClassVar[Callable[[str], Connection] | None] = None
-    # How to drop an actor that failed for good (the runtime's ``drop_actor``, any thread).
-    drop: ClassVar[Callable[[str, int, BaseException], None] | None] = None
-    # How to tell a mesh's spawner of a failure (the runtime's ``escalate``, any thread).
-    escalate: ClassVar[Callable[[str, int, str, bytes], bool] | None] = None
-
     def __init__(
         self,
-        conn: Connection,
+        host: Hosting,
+        conn: Link,
         req_id: int,
         rank: int,
         endpoint: str,
         payload: memoryview,
         buffers: list[memoryview],
         hosted: _HostedActor,
-        reply_conn: Connection | None = None,
+        reply_conn: Link | None = None,
         port: tuple[str, int] | None = None,
         view: tuple[Any, ...] | None = None,
     ) -> None:
+        self.host = host  # the process' hosting: its limits, links and failure paths
         self.conn = conn  # where the call came in (CANCEL and INSPECT match on it)
         self.port = port  # (address, id) of the port the answer goes to, if any
         self.view = view  # (labels, sizes, ranks) of the slice the call was made on
@@ -108,6 +112,9 @@ class _Delivery:
         self.buffers = buffers
         self.hosted = hosted  # its mesh's name and the actor's point, for errors
         self.cancelled = False
+        # For its span in the process' timeline (``_timeline``), when one is kept.
+        self.arrived = time.monotonic() if RECORDER.on else 0.0
+        self.reply_bytes = 0
 
     @property
     def mesh_id(self) -> str:
@@ -139,9 +146,12 @@ class _Delivery:
         self.answered = True
         try:
             payload, buffers = dumps(value)
-            if len(payload) > self.max_bytes or buffers:
+            if RECORDER.on:
+                self.reply_bytes = len(payload) + sum(b.raw().nbytes for b in buffers)
+            max_bytes = self.host.config.max_message_bytes
+            if len(payload) > max_bytes or buffers:
                 what = f"the value returned by {endpoint_named(self.endpoint)}"
-                check_message_size([payload, *buffers], self.max_bytes, what)
+                check_message_size([payload, *buffers], max_bytes, what)
         except Exception as error:
             self.answered = False
             self.fail(error)
@@ -154,7 +164,7 @@ class _Delivery:
         if self.answered:
             return
         self.answered = True
-        payload = env.error_payload(
+        payload = error_payload(
             error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint, as_sent=as_sent
         )
         unanswered = self.req_id == 0 and self.port is None
@@ -168,21 +178,18 @@ class _Delivery:
         # Monarch drops it: no further message runs, and its __cleanup__ gets the error.
         # Without a known spawner (an actor hosted by host()), the sender hears of it.
         self.hosted.mailbox.halt()
-        told = _Delivery.escalate is not None and _Delivery.escalate(
-            self.mesh_id, self.rank, self.endpoint, payload
-        )
+        told = self.host.escalate(self.mesh_id, self.rank, self.endpoint, payload)
         if not told and unanswered:
-            header = env.encode_header((env.FAILURE, self.mesh_id, self.rank, self.endpoint))
+            header = hdr.encode(hdr.Failure(self.mesh_id, self.rank, self.endpoint))
             with contextlib.suppress(TransportClosed):
                 self.conn.send([header, payload])
-        if _Delivery.drop is not None:
-            _Delivery.drop(self.mesh_id, self.rank, error)
+        self.host.drop_actor(self.mesh_id, self.rank, error)
 
     def fail_init(self, error: BaseException) -> None:
         """The actor's ``__init__`` raised before this message ran: the caller gets the
         ``ActorInitError`` that calls arriving after the failure get."""
         self._answer_if_awaited(
-            env.error_payload(
+            error_payload(
                 error, mesh=self.mesh_name, point=self.point, endpoint="__init__", init=True
             )
         )
@@ -190,7 +197,7 @@ class _Delivery:
     def abandon(self, error: BaseException) -> None:
         """The actor was stopped or dropped before this message ran."""
         self._answer_if_awaited(
-            env.error_payload(error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint)
+            error_payload(error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint)
         )
 
     def _answer_if_awaited(self, payload: bytes) -> None:
@@ -217,13 +224,11 @@ class _Delivery:
         port = self.port
         if port is not None:
             address, port_id = port
-            header = env.encode_header((env.REPLY, port_id, self._message_rank(), ok))
-            connect = _Delivery.connect
+            header = hdr.encode(hdr.Reply(port_id, self._message_rank(), ok))
             with contextlib.suppress(TransportClosed, OSError, ActorDiedError):
-                assert connect is not None
-                connect(address).send([header, *parts])
+                self.host.links.connection(address).send([header, *parts])
             return
-        parts = [env.encode_header((env.REPLY, self.req_id, self.rank, ok)), *parts]
+        parts = [hdr.encode(hdr.Reply(self.req_id, self.rank, ok)), *parts]
         # On the caller's reply route if it has one; else, or if that route has closed,
         # on the connection the call came in on (the caller's runtime reads that one).
         route = self.reply_conn
@@ -285,25 +290,63 @@ class _SpawnSpec:
         return actor
 
 
-class Hosting:
-    """The actors hosted in this process (mixed into ``Runtime``)."""
+class Links(Protocol):
+    """What hosting needs of the process' runtime below it: a link to any process by its
+    address (a port's, for answers sent there), and a way onto the loop thread."""
 
-    config: Config
-    loop: asyncio.AbstractEventLoop
-    _hosted: dict[str, dict[int, _HostedActor]]
-    _spawners: dict[str, Connection]
-    # (mesh id, rank) -> what calls to an actor that is not here get: the error of its
-    # __init__ (or of loading its class), or why it was dropped.
-    _absent_answers: dict[tuple[str, int], bytes]
-    # Connections callers' own event loops read their replies on, by token (REPLY_TO).
-    _reply_conns: dict[str, Connection]
-    # Calls that came before their mesh's spawn did.
-    _early: EarlyCalls
+    def connection(self, path: str) -> Link: ...
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None: ...
+
+
+class Hosting:
+    """The actors hosted in this process: their mailboxes, and the frames that spawn,
+    call, cancel, inspect and stop them (``handlers``). A part of the process' runtime,
+    which gives it its links; it runs over any ``Link``."""
+
+    def __init__(self, config: Config, loop: asyncio.AbstractEventLoop, links: Links) -> None:
+        self.config = config
+        self.loop = loop
+        self.links = links
+        self.hosted: dict[str, dict[int, _HostedActor]] = {}
+        self._spawners: dict[str, Link] = {}  # mesh id -> who spawned it here
+        # (mesh id, rank) -> what calls to an actor that is not here get: the error of its
+        # __init__ (or of loading its class), or why it was dropped.
+        self._absent_answers: dict[tuple[str, int], bytes] = {}
+        # Connections callers' own event loops read their replies on, by token (REPLY_TO).
+        self._reply_conns: dict[str, Link] = {}
+        # Calls that came before their mesh's spawn did.
+        self._early = EarlyCalls(loop, _EARLY_CALL_WAIT, self._handle_call)
+
+    def handlers(self) -> dict[int, Handler]:
+        """The handler of each frame kind this part answers, for the dispatch table."""
+
+        def header_only(handle: Callable[[Link, tuple[Any, ...]], None]) -> Handler:
+            return lambda conn, header, parts: handle(conn, header)
+
+        return {
+            hdr.CALL: self._handle_call,
+            hdr.SPAWN: self._handle_spawn,
+            hdr.STOP_MESH: header_only(self._handle_stop_mesh),
+            hdr.CANCEL: header_only(self._handle_cancel),
+            hdr.INSPECT: header_only(self._handle_inspect),
+            hdr.OBSERVE: header_only(self._handle_observe),
+            hdr.REPLY_TO: header_only(self._handle_reply_to),
+        }
+
+    def close_all(self) -> None:
+        """Close every hosted actor's mailbox (the process is exiting)."""
+        for actors in self.hosted.values():
+            for hosted in actors.values():
+                hosted.mailbox.close()
+        self.hosted.clear()
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        raise NotImplementedError
+        self.links.call_soon(fn, *args)
 
     def _mailbox(self, name: str) -> Mailbox:
+        config = self.config
+        RECORDER.configure(config.timeline_spans if config.observe else 0)
         return Mailbox(
             self.loop,
             name,
@@ -311,15 +354,10 @@ class Hosting:
             new_loop=functools.partial(new_event_loop, self.config),
         )
 
-    def _handle_call(
-        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
-    ) -> None:
-        req_id, mesh_id, ranks, endpoint = header[1:5]
-        token = header[5] if len(header) > 5 else None
+    def _handle_call(self, conn: Link, header: tuple[Any, ...], parts: list[memoryview]) -> None:
+        req_id, mesh_id, ranks, endpoint, token, port, view = hdr.read(hdr.Call, header)
         reply_conn = self._reply_conns.get(token) if token is not None else None
-        port = header[6] if len(header) > 6 else None
-        view = header[7] if len(header) > 7 else None
-        actors = self._hosted.get(mesh_id)
+        actors = self.hosted.get(mesh_id)
         if actors is None:
             if self._early.hold(mesh_id, (conn, header, parts)):
                 return  # its spawn is still on its way (another sender's connection)
@@ -332,42 +370,49 @@ class Hosting:
                 continue
             hosted.mailbox.deliver(
                 _Delivery(
-                    conn, req_id, rank, endpoint, payload, buffers, hosted, reply_conn, port, view
+                    self,
+                    conn,
+                    req_id,
+                    rank,
+                    endpoint,
+                    payload,
+                    buffers,
+                    hosted,
+                    reply_conn,
+                    port,
+                    view,
                 )
             )
 
-    def _handle_reply_to(self, conn: Connection, header: tuple[Any, ...]) -> None:
+    def _handle_reply_to(self, conn: Link, header: tuple[Any, ...]) -> None:
         # A caller's loop will read replies here; it waits for this confirmation.
-        self._reply_conns[header[1]] = conn
+        reply_to = hdr.read(hdr.ReplyTo, header)
+        self._reply_conns[reply_to.token] = conn
         with contextlib.suppress(TransportClosed):
-            conn.send([env.encode_header(header)])
+            conn.send([hdr.encode(reply_to)])
 
-    def _forget_reply_conn(self, conn: Connection) -> None:
+    def forget_reply_conn(self, conn: Link) -> None:
         for token, known in list(self._reply_conns.items()):
             if known is conn:
                 del self._reply_conns[token]
 
     def _reply_missing(
-        self, conn: Connection, req_id: int, rank: int, mesh_id: str, endpoint: str
+        self, conn: Link, req_id: int, rank: int, mesh_id: str, endpoint: str
     ) -> None:
         payload = self._absent_answers.get((mesh_id, rank))
         if payload is None:
             error = MeshStoppedError(
                 f"actor mesh {mesh_id!r} has no live actor of rank {rank} here"
             )
-            payload = env.error_payload(error, mesh=mesh_id, point={}, endpoint=endpoint)
-        head = (
-            (env.REPLY, req_id, rank, False) if req_id else (env.FAILURE, mesh_id, rank, endpoint)
-        )
+            payload = error_payload(error, mesh=mesh_id, point={}, endpoint=endpoint)
+        head = hdr.Reply(req_id, rank, False) if req_id else hdr.Failure(mesh_id, rank, endpoint)
         with contextlib.suppress(TransportClosed):
-            conn.send([env.encode_header(head), payload])
+            conn.send([hdr.encode(head), payload])
 
-    def _handle_spawn(
-        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
-    ) -> None:
-        _, req_id, mesh_id, ranks = header
+    def _handle_spawn(self, conn: Link, header: tuple[Any, ...], parts: list[memoryview]) -> None:
+        req_id, mesh_id, ranks = hdr.read(hdr.Spawn, header)
         self._spawners[mesh_id] = conn
-        actors = self._hosted.setdefault(mesh_id, {})
+        actors = self.hosted.setdefault(mesh_id, {})
         spec = _SpawnSpec(mesh_id, parts)
         for rank in ranks:
             # Named after the mesh until the spec is loaded on the actor's thread: calls
@@ -384,10 +429,10 @@ class Hosting:
                 error: BaseException | None, rank: int = rank, hosted: _HostedActor = hosted
             ) -> None:
                 if error is None:
-                    reply = [env.encode_header((env.REPLY, req_id, rank, True)), dumps(None)[0]]
+                    reply = [hdr.encode(hdr.Reply(req_id, rank, True)), dumps(None)[0]]
                 else:
                     actors.pop(rank, None)
-                    payload = env.error_payload(
+                    payload = error_payload(
                         error,
                         mesh=hosted.mesh_name,
                         point=hosted.point,
@@ -396,7 +441,7 @@ class Hosting:
                     )
                     # Calls that come later get this error, not "no such actor".
                     self._absent_answers[(mesh_id, rank)] = payload
-                    reply = [env.encode_header((env.REPLY, req_id, rank, False)), payload]
+                    reply = [hdr.encode(hdr.Reply(req_id, rank, False)), payload]
                 with contextlib.suppress(TransportClosed):
                     conn.send(reply)
 
@@ -404,10 +449,10 @@ class Hosting:
         self._early.arrived(mesh_id)
 
     def _deliveries(
-        self, conn: Connection, mesh_id: str, ranks: Sequence[int], req_id: int
+        self, conn: Link, mesh_id: str, ranks: Sequence[int], req_id: int
     ) -> list[tuple[int, _HostedActor | None, Callable[[Any], bool]]]:
         """For each rank: its hosted actor here, and a test for request ``req_id``'s message."""
-        actors = self._hosted.get(mesh_id, {})
+        actors = self.hosted.get(mesh_id, {})
 
         def mine(message: Any) -> bool:
             return (
@@ -417,29 +462,29 @@ class Hosting:
 
         return [(rank, actors.get(rank), mine) for rank in ranks]
 
-    def _handle_cancel(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, req_id, mesh_id, ranks = header
+    def _handle_cancel(self, conn: Link, header: tuple[Any, ...]) -> None:
+        req_id, mesh_id, ranks = hdr.read(hdr.Cancel, header)
         for _rank, hosted, mine in self._deliveries(conn, mesh_id, ranks, req_id):
             if hosted is not None:
                 hosted.mailbox.cancel(mine)
 
-    def _handle_inspect(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, req_id, mesh_id, ranks, call_id = header
+    def _handle_inspect(self, conn: Link, header: tuple[Any, ...]) -> None:
+        req_id, mesh_id, ranks, call_id = hdr.read(hdr.Inspect, header)
         answers: dict[int, dict[str, Any]] = {}
         for rank, hosted, mine in self._deliveries(conn, mesh_id, ranks, call_id):
             if hosted is None:
                 answers[rank] = {"state": "absent", "busy": None}
             else:
                 answers[rank] = describe(hosted.mailbox, mine)
-        reply = [env.encode_header((env.REPLY, req_id, -1, True)), dumps(answers)[0]]
+        reply = [hdr.encode(hdr.Reply(req_id, -1, True)), dumps(answers)[0]]
         with contextlib.suppress(TransportClosed):
             conn.send(reply)
 
-    def _handle_observe(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, req_id, what = header
+    def _handle_observe(self, conn: Link, header: tuple[Any, ...]) -> None:
+        req_id, what = hdr.read(hdr.Observe, header)
         actors = [
             (hosted.mesh_id, rank, hosted.mesh_name, hosted.point, hosted.mailbox)
-            for by_rank in self._hosted.values()
+            for by_rank in self.hosted.values()
             for rank, hosted in by_rank.items()
         ]
         _snapshot.reply(conn, req_id, _snapshot.answer(actors, what, paused()))
@@ -461,7 +506,7 @@ class Hosting:
 
         def install() -> None:
             mailbox = self._mailbox(f"actor {mesh_name}{point}")
-            self._hosted.setdefault(mesh_id, {})[rank] = _HostedActor(
+            self.hosted.setdefault(mesh_id, {})[rank] = _HostedActor(
                 mailbox, mesh_id, mesh_name, point
             )
             mailbox.construct(factory, done or (lambda error: None))
@@ -470,7 +515,7 @@ class Hosting:
 
     def deliver_local(self, mesh_id: str, rank: int, message: Any) -> bool:
         """Queue ``message`` for an actor hosted here (loop thread); False if none."""
-        hosted = self._hosted.get(mesh_id, {}).get(rank)
+        hosted = self.hosted.get(mesh_id, {}).get(rank)
         if hosted is None:
             return False
         hosted.mailbox.deliver(message)
@@ -482,7 +527,7 @@ class Hosting:
         self.call_soon(self._drop_actor, mesh_id, rank, error)
 
     def _drop_actor(self, mesh_id: str, rank: int, error: BaseException) -> None:
-        hosted = self._hosted.get(mesh_id, {}).pop(rank, None)
+        hosted = self.hosted.get(mesh_id, {}).pop(rank, None)
         if hosted is not None:
             # A dropped actor is gone as a dead one is: later calls fail with its death.
             point = "{" + ", ".join(f"{k}={v}" for k, v in hosted.point.items()) + "}"
@@ -492,7 +537,7 @@ class Hosting:
                 reason=f"dropped: {error}",
                 ranks=(rank,),
             )
-            self._absent_answers[(mesh_id, rank)] = env.error_payload(
+            self._absent_answers[(mesh_id, rank)] = error_payload(
                 gone, mesh=hosted.mesh_name, point=hosted.point, endpoint="", as_sent=True
             )
             hosted.mailbox.close(None, error)
@@ -507,18 +552,18 @@ class Hosting:
         if conn is None or conn.closed:
             return False
         try:
-            conn.send([env.encode_header((env.FAILURE, mesh_id, rank, endpoint)), payload])
+            conn.send([hdr.encode(hdr.Failure(mesh_id, rank, endpoint)), payload])
         except TransportClosed:
             return False
         return True
 
-    def _handle_stop_mesh(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, req_id, mesh_id = header
+    def _handle_stop_mesh(self, conn: Link, header: tuple[Any, ...]) -> None:
+        req_id, mesh_id = hdr.read(hdr.StopMesh, header)
         self._spawners.pop(mesh_id, None)
         self._early.ended(mesh_id)
         for key in [key for key in self._absent_answers if key[0] == mesh_id]:
             del self._absent_answers[key]
-        actors = list(self._hosted.pop(mesh_id, {}).values())
+        actors = list(self.hosted.pop(mesh_id, {}).values())
         replied = False
 
         def reply() -> None:
@@ -527,7 +572,7 @@ class Hosting:
                 return
             replied = True
             with contextlib.suppress(TransportClosed):
-                conn.send([env.encode_header((env.REPLY, req_id, -1, True)), dumps(None)[0]])
+                conn.send([hdr.encode(hdr.Reply(req_id, -1, True)), dumps(None)[0]])
 
         # Answer once every actor's close hooks have run (a process group torn down, say),
         # but never wait long for an actor stuck in a long `def` endpoint.

@@ -51,6 +51,7 @@ from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, Protocol
 
 from ._endpoint_stats import EndpointStats
+from ._timeline import RECORDER
 
 log = logging.getLogger("actormesh.mailbox")
 
@@ -400,9 +401,12 @@ class Mailbox:
 
         def done(task: asyncio.Task[bool]) -> None:
             self.concurrent.pop(message, None)
-            if self.stats is not None:
+            if self.stats is not None or RECORDER.on:
                 ok = not task.cancelled() and task.exception() is None and task.result()
-                self.stats.record(message.endpoint, time.monotonic() - started, ok)
+                if self.stats is not None:
+                    self.stats.record(message.endpoint, time.monotonic() - started, ok)
+                if RECORDER.on:
+                    RECORDER.ran(message, started, ok, "concurrent")
 
         task.add_done_callback(done)
 
@@ -501,6 +505,9 @@ class Mailbox:
         self.current = None
         if ok is not None and self.stats is not None:
             self.stats.record(message.endpoint, time.monotonic() - self.since, ok)
+        if ok is not None and RECORDER.on:
+            kind = "def" if threading.current_thread() is self._thread else "async"
+            RECORDER.ran(message, self.since, ok, kind)
 
     @staticmethod
     def _arguments(host: Hosted, message: Message) -> tuple[tuple[Any, ...], dict[str, Any]] | None:

@@ -38,10 +38,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .._transport import Connection, connect_unix, is_tcp, unix_path
+from .._transport import Connection, connect_unix, exchange_frame, is_tcp, unix_path
 from .._transport import route as route_of
-from .._transport._blocking import exchange_frame
-from . import _envelope as env
+from . import _headers as hdr
 
 __all__ = ["ReplyRoute", "ReplyRoutes", "ThreadRoute"]
 
@@ -438,9 +437,9 @@ def _open(path: str, token: str) -> socket.socket:
     sock = connect_unix(path)
     try:
         sock.settimeout(_CONFIRM_TIMEOUT)
-        hello = env.encode_header((env.REPLY_TO, token))
+        hello = hdr.encode(hdr.ReplyTo(token))
         answer = exchange_frame(sock, [hello], "a reply route's confirmation")
-        if len(answer) != 1 or env.decode_header(answer[0]) != (env.REPLY_TO, token):
+        if len(answer) != 1 or hdr.decode(answer[0]) != (hdr.REPLY_TO, token):
             raise ValueError(f"unexpected answer to REPLY_TO: {answer!r}")
     except BaseException:
         sock.close()

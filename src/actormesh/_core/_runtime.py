@@ -20,6 +20,7 @@ import errno
 import itertools
 import logging
 import os
+import secrets
 import shutil
 import socket
 import threading
@@ -31,6 +32,8 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from .._config import Config
 from .._exceptions import ActorDiedError, MeshStoppedError
 from .._transport import (
+    Buffer,
+    CloseHandler,
     Connection,
     Limits,
     Listener,
@@ -49,21 +52,15 @@ from .._transport import (
     route_source,
     tcp_part,
 )
-from .._transport._connection import CloseHandler
-from .._transport._frames import Buffer
-from . import _envelope as env
+from . import _headers as hdr
 from ._dispatch import Handler, Table, dispatch, frame_table
-from ._early_calls import EarlyCalls
 from ._event_loops import new_event_loop
-from ._hosting import Hosting, _Delivery, _HostedActor
+from ._hosting import Hosting
 from ._reply_routes import ReplyRoute, ReplyRoutes
 
 __all__ = ["CoreRuntime", "FrameKindHandler", "ReplyHandler", "new_event_loop"]
 
 log = logging.getLogger("actormesh.runtime")
-# Seconds a call for a mesh unknown here waits for that mesh's spawn (see _early_calls):
-# the spawn is already on its way when the call could be made.
-_EARLY_CALL_WAIT = 10.0
 T = TypeVar("T")
 FrameKindHandler = Callable[[Connection, tuple[Any, ...], list[memoryview]], None]
 R = TypeVar("R", bound="CoreRuntime")
@@ -86,7 +83,7 @@ def _local_only(host: str) -> bool:
     return host.startswith("127.") or host in ("::1", "localhost", "0.0.0.0", "::")
 
 
-class CoreRuntime(Hosting):
+class CoreRuntime:
     """This process' runtime, without the processes it owns; see the module docstring.
 
     The runtime every process uses is ``actormesh._hosts.Runtime``: this one plus the
@@ -103,10 +100,6 @@ class CoreRuntime(Hosting):
         self.owner_pid = os.getpid()
         # The pid of a child this object was copied into by a fork (see _forget_after_fork).
         self.inherited_by: int | None = None
-        _Delivery.max_bytes = config.max_message_bytes
-        _Delivery.connect = self.connection
-        _Delivery.drop = self.drop_actor
-        _Delivery.escalate = self.escalate
         self.loop = loop
         self.key = key
         # Workers started here share their owner's directory; others make their own.
@@ -124,16 +117,18 @@ class CoreRuntime(Hosting):
         self._dead_paths: dict[str, str] = {}
         self._ids = itertools.count(1)
         self._pending: dict[int, ReplyHandler] = {}
-        self._hosted: dict[str, dict[int, _HostedActor]] = {}
-        self._spawners: dict[str, Connection] = {}  # mesh id -> who spawned it here
-        self._absent_answers: dict[tuple[str, int], bytes] = {}
-        self._reply_conns: dict[str, Connection] = {}
-        self._early = EarlyCalls(loop, _EARLY_CALL_WAIT, self._handle_call)
+        # The actors hosted here: a part of its own, given this runtime's links.
+        self.hosting = Hosting(config, loop, self)
         # Calls made on other event loops get their replies read there (no thread hop).
         self.routes = ReplyRoutes(
             loop, self._new_route_connection, key, spin=self.config.reply_spin
         )
         self._parent: Connection | None = None
+        # What the owner's connection closing does when not the default, ending this
+        # process: a host agent holding a lease detaches instead (see _hosts._lease).
+        self.on_owner_lost: Callable[[str], None] | None = None
+        # When the owner's last heartbeat came (monotonic), for whoever watches it.
+        self.owner_heard = time.monotonic()
         self.failure_handler: Callable[[str, int, str, memoryview], None] | None = None
         # The job's secret: TCP peers prove it (workers started here inherit it).
         self.secret = config.secret or new_secret()
@@ -257,8 +252,8 @@ class CoreRuntime(Hosting):
             runtime._parent = parent
         else:
             runtime._parent = runtime.connection(parent_path)
-        hello = (env.HELLO, runtime.address, os.getpid(), key, info or {})
-        runtime._parent.send([env.encode_header(hello)])
+        hello = hdr.Hello(runtime.address, os.getpid(), key, info or {})
+        runtime._parent.send([hdr.encode(hello)])
         return runtime
 
     async def _listen(self) -> None:
@@ -474,6 +469,11 @@ class CoreRuntime(Hosting):
         conn = self._conns.get(path)
         return conn if conn is not None and not conn.closed else None
 
+    def adopt_owner(self, conn: Connection) -> None:
+        """Make ``conn`` this process' owner's connection (a controller attached to a
+        host agent's lease); only it may shut the process down from now on."""
+        self._parent = conn
+
     @property
     def parent(self) -> Connection:
         """The connection to this process' owner (a worker's, or a host agent's)."""
@@ -500,6 +500,12 @@ class CoreRuntime(Hosting):
         self._pending[req_id] = handler
         return req_id
 
+    def fresh_request_ids(self) -> None:
+        """Draw request ids from a random point on: a controller attaching to a leased
+        job must not reuse ids whose late replies (to a controller that died) may still
+        pass through the job's agents."""
+        self._ids = itertools.count(secrets.randbits(48) + (1 << 32))
+
     def forget(self, req_id: int) -> None:
         """Stop listening for a request (late replies are then dropped)."""
         self._pending.pop(req_id, None)
@@ -507,16 +513,17 @@ class CoreRuntime(Hosting):
     def send(
         self,
         conn: Connection,
-        header: tuple[Any, ...],
+        header: hdr.Header,
         parts: Sequence[Buffer],
         share: SegmentShare | None = None,
     ) -> None:
-        """Send one frame; raises ``ActorDiedError`` when the connection is gone.
+        """Send one frame (``header``: an instance of a class of ``_headers.KINDS``);
+        raises ``ActorDiedError`` when the connection is gone.
 
         ``share``: the same parts go to other processes of this host (see ``Connection``).
         """
         try:
-            conn.send([env.encode_header(header), *parts], share)
+            conn.send([hdr.encode(header), *parts], share)
         except TransportClosed as error:
             raise ActorDiedError(str(error), reason=str(error)) from None
 
@@ -530,22 +537,16 @@ class CoreRuntime(Hosting):
             return lambda conn, header, parts: handle(conn, header)
 
         handlers: dict[int, Handler] = {
-            env.REPLY: self._handle_reply,
-            env.REPLIES: self._handle_replies,
-            env.CALL: self._handle_call,
-            env.SPAWN: self._handle_spawn,
-            env.FAILURE: self._handle_failure,
-            env.HELLO: header_only(self._handle_hello),
-            env.STOP_MESH: header_only(self._handle_stop_mesh),
-            env.SHUTDOWN: header_only(self._handle_shutdown),
-            env.PING: header_only(self._handle_ping),
-            env.PONG: lambda conn, header, parts: self._heartbeat_answered(conn.peer),
-            env.CANCEL: header_only(self._handle_cancel),
-            env.INSPECT: header_only(self._handle_inspect),
-            env.OBSERVE: header_only(self._handle_observe),
-            env.REPLY_TO: header_only(self._handle_reply_to),
+            hdr.REPLY: self._handle_reply,
+            hdr.REPLIES: self._handle_replies,
+            hdr.FAILURE: self._handle_failure,
+            hdr.HELLO: header_only(self._handle_hello),
+            hdr.SHUTDOWN: header_only(self._handle_shutdown),
+            hdr.PING: header_only(self._handle_ping),
+            hdr.PONG: lambda conn, header, parts: self._heartbeat_answered(conn.peer),
+            **self.hosting.handlers(),
         }
-        return frame_table(env.LAYOUTS, handlers, self._other_kind)
+        return frame_table(hdr.LAYOUTS, handlers, self._other_kind)
 
     def _on_frame(self, conn: Connection, parts: list[memoryview]) -> None:
         try:
@@ -568,7 +569,7 @@ class CoreRuntime(Hosting):
     def _handle_reply(
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
     ) -> None:
-        _, req_id, rank, ok = header
+        req_id, rank, ok = hdr.read(hdr.Reply, header)
         handler = self._pending.get(req_id)
         if handler is not None:
             if handler.on_reply(rank, ok, parts[1:]):
@@ -579,7 +580,7 @@ class CoreRuntime(Hosting):
     def _handle_failure(
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
     ) -> None:
-        _, mesh_id, rank, endpoint = header
+        mesh_id, rank, endpoint = hdr.read(hdr.Failure, header)
         if self.failure_handler is not None:
             self.failure_handler(mesh_id, rank, endpoint, parts[1])
 
@@ -589,7 +590,9 @@ class CoreRuntime(Hosting):
 
     def _handle_ping(self, conn: Connection, header: tuple[Any, ...]) -> None:
         # Answered here, on the loop, so a busy actor thread cannot delay it.
-        conn.send([env.encode_header((env.PONG, header[1]))])
+        if conn is self._parent:
+            self.owner_heard = time.monotonic()
+        conn.send([hdr.encode(hdr.Pong(hdr.read(hdr.Ping, header).seq))])
 
     def _other_kind(
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
@@ -604,7 +607,7 @@ class CoreRuntime(Hosting):
     ) -> None:
         # Replies a host agent gathered from the workers of its host, in one frame.
         offset = 1
-        for req_id, rank, ok, count in header[1]:
+        for req_id, rank, ok, count in hdr.read(hdr.Replies, header).replies:
             handler = self._pending.get(req_id)
             if handler is not None and handler.on_reply(rank, ok, parts[offset : offset + count]):
                 self._pending.pop(req_id, None)
@@ -617,11 +620,13 @@ class CoreRuntime(Hosting):
             for path, known in list(self._conns.items()):
                 if known is conn:
                     del self._conns[path]
-        if self._reply_conns:
-            self._forget_reply_conn(conn)
+        self.hosting.forget_reply_conn(conn)
         self.routes.peer_gone(conn.peer)
         if conn is self._parent:
-            self._exit_worker("the owner went away")
+            if self.on_owner_lost is not None:
+                self.on_owner_lost("the owner went away")
+            else:
+                self._exit_worker("the owner went away")
             return
         if self._child_connection_closed(conn, error):
             return
@@ -643,10 +648,7 @@ class CoreRuntime(Hosting):
             return
         log.debug("worker %s exiting: %s", self.key, why)
         self.closed = True
-        for actors in self._hosted.values():
-            for hosted in actors.values():
-                hosted.mailbox.close()
-        self._hosted.clear()
+        self.hosting.close_all()
         if self._listener is not None:
             self._listener.close()
         self._close_tcp_listeners()

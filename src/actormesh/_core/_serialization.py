@@ -23,7 +23,7 @@ from typing import Any
 
 from .._exceptions import SerializationError
 
-__all__ = ["dumps", "dumps_arguments", "loads"]
+__all__ = ["Pickler", "dumps", "dumps_arguments", "loads"]
 
 
 def _by_value(obj: Any) -> bool:
@@ -34,7 +34,7 @@ def _by_value(obj: Any) -> bool:
     return "<locals>" in qualname or "<lambda>" in qualname
 
 
-class _Pickler(pickle.Pickler):
+class Pickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
         if kind is types.FunctionType or isinstance(obj, type):
@@ -128,7 +128,7 @@ def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
     buffers: list[pickle.PickleBuffer] = []
     stream = io.BytesIO()
     try:
-        _Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(obj)
+        Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(obj)
     except Exception as error:
         raise SerializationError(_describe_failure(obj, error)) from error
     return stream.getvalue(), buffers
@@ -177,7 +177,7 @@ def _first_unpicklable(obj: Any, path: str, depth: int) -> tuple[str, Any]:
     if depth < 8:
         for child_path, child in _children(obj, path):
             try:
-                _Pickler(io.BytesIO(), protocol=5, buffer_callback=lambda _: None).dump(child)
+                Pickler(io.BytesIO(), protocol=5, buffer_callback=lambda _: None).dump(child)
             except Exception:
                 return _first_unpicklable(child, child_path, depth + 1)
     return path, obj

@@ -5,7 +5,9 @@ message it runs (endpoint, for how long), how many wait behind it, the calls of
 concurrent endpoints under way, each endpoint's counts and run times, and whether it is
 stopped at a breakpoint; for the process, its pid, CPU seconds and resident memory.
 Asked for ``"stacks"``, it adds every thread's Python stack and the awaited coroutines
-of each actor's running ``async`` endpoint.
+of each actor's running ``async`` endpoint. Asked for ``"metrics"``, it hands over the
+tallies of ``record_metric`` instead (``_metrics.take``); for ``"timeline"`` (or
+``"timeline:<since>"``), the call spans it kept (``_timeline``).
 
 ``observe`` is the asking side: one OBSERVE to each process, answers gathered until all
 came or the time ran out (a process whose loop is blocked cannot answer: it is reported
@@ -23,11 +25,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .._transport import Connection, TransportClosed
-from . import _envelope as env
+from .._transport import Connection, Link, TransportClosed
+from . import _headers as hdr
+from . import _metrics
 from ._inspect import task_stack, thread_stacks
 from ._mailbox import Mailbox
 from ._serialization import dumps, loads
+from ._timeline import RECORDER
 
 __all__ = ["answer", "observe", "process_usage", "reply"]
 
@@ -53,11 +57,16 @@ def answer(
     what: str,
     paused: Mapping[tuple[str, int], dict[str, Any]],
 ) -> dict[str, Any]:
-    """The answer to an OBSERVE for ``what`` ("stats" or "stacks"); loop thread.
+    """The answer to an OBSERVE for ``what`` ("stats", "stacks" or "metrics"); loop thread.
 
     ``actors``: ``(mesh id, rank, mesh name, coordinates, mailbox)`` of each hosted actor;
     ``paused``: the actors stopped at a breakpoint, by ``(mesh id, rank)``.
     """
+    if what == "metrics":
+        return {"pid": os.getpid(), "metrics": _metrics.take()}
+    if what.startswith("timeline"):  # "timeline" or "timeline:<since, wall seconds>"
+        since = what.partition(":")[2]
+        return RECORDER.take(float(since) if since else None)
     now = time.monotonic()
     threads = thread_stacks() if what == "stacks" else None
     report: dict[str, Any] = {**process_usage(), "actors": []}
@@ -147,7 +156,7 @@ async def observe(
         req_id = runtime.register(_Request(conn, path, finish))
         waiting[path] = req_id
         try:
-            conn.send([env.encode_header((env.OBSERVE, req_id, what))])
+            conn.send([hdr.encode(hdr.Observe(req_id, what))])
         except TransportClosed as error:
             finish(path, {"error": str(error)})
     if waiting:
@@ -158,7 +167,7 @@ async def observe(
     return results
 
 
-def reply(conn: Connection, req_id: int, value: dict[str, Any]) -> None:
+def reply(conn: Link, req_id: int, value: dict[str, Any]) -> None:
     """Send an OBSERVE answer back (loop thread)."""
     with contextlib.suppress(TransportClosed):
-        conn.send([env.encode_header((env.REPLY, req_id, -1, True)), dumps(value)[0]])
+        conn.send([hdr.encode(hdr.Reply(req_id, -1, True)), dumps(value)[0]])

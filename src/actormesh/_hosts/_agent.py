@@ -33,28 +33,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core import _envelope as env
-from .._core import dumps, loads
+from .._core import dumps, error_payload, headers, loads
 from .._transport import (
+    HANDSHAKE_TIMEOUT,
     AuthenticationError,
     Connection,
     Endpoint,
+    SegmentShare,
     TransportClosed,
+    connect_steps,
     connect_tcp,
     connect_unix,
     is_tcp,
+    open_connect_steps,
     parse_worker_address,
     route_source,
     run_blocking,
 )
-from .._transport._auth import (
-    connect_steps,
-    open_connect_steps,
-)
-from .._transport._tcp import HANDSHAKE_TIMEOUT
 from ._agent_link import WorkerSpec
+from ._lease import Lease
 from ._lifetime import serve
 from ._process import ChildProcess
+from ._reduction import Reduction
 from ._runtime import Runtime
 
 __all__ = [
@@ -84,12 +84,39 @@ class HostInfo:
 
 @dataclass
 class _Batch:
-    """The replies of one gathered ``CAST`` from this host's workers, sent as one frame."""
+    """The replies of one gathered ``CAST`` from this host's workers, sent as one frame
+    (with a ``reduction``, the values folded into one ``PARTIAL`` reply)."""
 
     upstream: Connection
     waiting: dict[str, int]  # worker address -> ranks still to answer there
+    reduction: Reduction | None = None
     replies: list[tuple[int, int, bool, int]] = field(default_factory=list)
     parts: list[Any] = field(default_factory=list)
+    # The replies folded so far, as they came: they go up so if the reduction breaks.
+    folded: list[tuple[int, list[Any]]] = field(default_factory=list)
+
+    def add(self, req_id: int, rank: int, ok: bool, parts: list[Any]) -> None:
+        """A worker's reply (``parts``: after its header)."""
+        if ok and self.reduction is not None and self.reduction.add(rank, parts):
+            self.folded.append((rank, parts))
+            return
+        self.replies.append((req_id, rank, ok, len(parts)))
+        self.parts.extend(parts)
+
+    def frame(self, req_id: int) -> list[Any] | None:
+        """The ``REPLIES`` frame of everything added (``None``: nothing was)."""
+        reduction = self.reduction
+        if reduction is not None and not reduction.broken and reduction.ranks:
+            partial = reduction.partial()
+            self.replies.append((req_id, headers.PARTIAL, True, len(partial)))
+            self.parts.extend(partial)
+        else:
+            for rank, parts in self.folded:
+                self.replies.append((req_id, rank, True, len(parts)))
+                self.parts.extend(parts)
+        if not self.replies:
+            return None
+        return [headers.encode(headers.Replies(self.replies)), *self.parts]
 
 
 class _OwnerStream(io.TextIOBase):
@@ -116,19 +143,25 @@ class Agent:
             listen on Unix sockets only, for an owner on this host).
     """
 
-    def __init__(self, runtime: Runtime, advertise: str | None) -> None:
+    def __init__(
+        self, runtime: Runtime, advertise: str | None, info: dict[str, Any] | None = None
+    ) -> None:
         # Nothing else needs to hold the agent: the handlers it registers below do.
         self.runtime = runtime
         # This host's workers listen where other hosts reach it (dual addresses).
         runtime.advertise = advertise
         runtime.owner_decides_restarts = True
-        self._owner = runtime.parent
+        runtime.event_source = "agent"  # an event log of this host's workers
+        self.info = dict(info or {})  # what its HELLO said of this host
+        self._owner = runtime.parent  # (a controller attaching to a lease replaces it)
         # Workers by the address the owner knows them by (their TCP address).
         self._workers: dict[str, ChildProcess] = {}
         self._batches: dict[int, _Batch] = {}
-        runtime.frame_kinds[env.HOST] = self._host
-        runtime.frame_kinds[env.RELAY] = self._relay
-        runtime.frame_kinds[env.CAST] = self._cast
+        # A job that outlives its controller (see _lease); None: the agent ends with it.
+        self.lease: Lease | None = None
+        runtime.frame_kinds[headers.HOST] = self._host
+        runtime.frame_kinds[headers.RELAY] = self._relay
+        runtime.frame_kinds[headers.CAST] = self._cast
         runtime.forward_reply = self._reply_from_worker
         runtime.failure_handler = self._failure_from_worker
         runtime.exit_listeners.append(self._worker_exited)
@@ -136,10 +169,24 @@ class Agent:
         sys.stdout = _OwnerStream(self, "stdout")
         sys.stderr = _OwnerStream(self, "stderr")
 
+    def adopt_owner(self, conn: Connection) -> None:
+        """A controller attached to this agent's lease on ``conn``: it is the owner now."""
+        self.runtime.adopt_owner(conn)
+        self._owner = conn
+
+    @property
+    def workers(self) -> dict[str, ChildProcess]:
+        """This host's workers, by the address their owner knows them by."""
+        return self._workers
+
+    def drop_batches(self) -> None:
+        """Forget the gathered replies being collected (their caller is gone)."""
+        self._batches.clear()
+
     # -- the owner's requests ---------------------------------------------------------------
 
     def _host(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
-        _, req_id, op = header
+        req_id, op = headers.read(headers.HostOp, header)
         args = loads(parts[1], parts[2:])
         if op == "spawn":
             self.runtime.loop.create_task(self._answer(conn, req_id, self._spawn(*args)))
@@ -151,6 +198,12 @@ class Agent:
             self._release(*args)
         elif op == "retire":
             self._retire()
+        elif op == "lease":
+            self.runtime.loop.create_task(self._answer(conn, req_id, self._start_lease(*args)))
+        elif op == "record":
+            self._record(*args)
+        elif op == "replay":
+            self.runtime.loop.create_task(self._answer(conn, req_id, self._replay(conn)))
         else:
             raise ValueError(f"unknown host operation {op!r}")
 
@@ -158,10 +211,10 @@ class Agent:
         try:
             value = await work
         except Exception as error:
-            payload = env.error_payload(error, mesh="host", point={}, endpoint="host")
-            reply = [env.encode_header((env.REPLY, req_id, -1, False)), payload]
+            payload = error_payload(error, mesh="host", point={}, endpoint="host")
+            reply = [headers.encode(headers.Reply(req_id, -1, False)), payload]
         else:
-            reply = [env.encode_header((env.REPLY, req_id, -1, True)), dumps(value)[0]]
+            reply = [headers.encode(headers.Reply(req_id, -1, True)), dumps(value)[0]]
         with contextlib.suppress(TransportClosed):
             conn.send(reply)
 
@@ -200,21 +253,46 @@ class Agent:
         if child is not None and child.alive():
             child.signal_group(signal.Signals(sig))
 
+    async def _start_lease(
+        self, job: str, keep_alive: float, controller: dict[str, Any] | None = None
+    ) -> str:
+        """Outlive the owner by up to ``keep_alive`` seconds (see ``_lease``); the address
+        where a controller attaches."""
+        if self.lease is None:
+            self.lease = Lease(self, job, float(keep_alive), controller)
+        return self.lease.address
+
+    def _record(self, key: str, blob: bytes | None) -> None:
+        if self.lease is None:
+            raise ValueError("a mesh record for an agent without a lease")
+        if blob is None:
+            self.lease.records.pop(key, None)
+        else:
+            self.lease.records[key] = bytes(blob)
+
+    async def _replay(self, conn: Connection) -> int:
+        """What happened while no controller was attached, sent to ``conn``."""
+        return 0 if self.lease is None else self.lease.replay(conn)
+
     # -- traffic ----------------------------------------------------------------------------
 
     def _relay(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
-        self._to_worker(header[1], parts[1:])
+        self._to_worker(headers.read(headers.Relay, header).address, parts[1:])
 
     def _cast(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
-        _, gather, targets = header
+        gather, targets, combine = headers.read(headers.Cast, header)
         shared = parts[1:]
         if gather:
             waiting = {address: len(ranks) for address, ranks, _ in targets}
-            self._batches[gather] = _Batch(conn, waiting)
+            reduction = Reduction(combine) if combine is not None else None
+            self._batches[gather] = _Batch(conn, waiting, reduction)
+        # Large shared parts go to this host's workers in one shared-memory copy, lent to
+        # each (as the owner does for the workers of its own host).
+        share = SegmentShare() if len(targets) > 1 else None
         for address, _, inner in targets:
-            self._to_worker(address, [inner, *shared])
+            self._to_worker(address, [inner, *shared], share)
 
-    def _to_worker(self, address: str, parts: list[Any]) -> None:
+    def _to_worker(self, address: str, parts: list[Any], share: SegmentShare | None = None) -> None:
         worker = self._workers.get(address)
         target = None if worker is None else self.runtime.known_connection(worker.listen_path)
         if target is None:
@@ -222,18 +300,16 @@ class Agent:
             log.debug("dropping a frame for %s: no such worker here now", address)
             return
         with contextlib.suppress(TransportClosed):
-            target.send(parts)
+            target.send(parts, share)
 
     def _reply_from_worker(self, conn: Connection, parts: list[memoryview]) -> None:
-        header = env.decode_header(parts[0])
-        req_id, rank, ok = header[1], header[2], header[3]
+        req_id, rank, ok = headers.read(headers.Reply, headers.decode(parts[0]))
         batch = self._batches.get(req_id)
         if batch is None:
             with contextlib.suppress(TransportClosed):
                 self._owner.send(parts)
             return
-        batch.replies.append((req_id, rank, ok, len(parts) - 1))
-        batch.parts.extend(parts[1:])
+        batch.add(req_id, rank, ok, parts[1:])
         address = self._address_of(conn)
         if address in batch.waiting:
             batch.waiting[address] -= 1
@@ -244,10 +320,10 @@ class Agent:
 
     def _flush(self, req_id: int) -> None:
         batch = self._batches.pop(req_id)
-        if batch.replies:
-            header = env.encode_header((env.REPLIES, batch.replies))
+        frame = batch.frame(req_id)
+        if frame is not None:
             with contextlib.suppress(TransportClosed):
-                batch.upstream.send([header, *batch.parts])
+                batch.upstream.send(frame)
 
     def _address_of(self, conn: Connection) -> str | None:
         for address, worker in self._workers.items():
@@ -256,7 +332,10 @@ class Agent:
         return None
 
     def _failure_from_worker(self, mesh_id: str, rank: int, endpoint: str, payload: Any) -> None:
-        header = env.encode_header((env.FAILURE, mesh_id, rank, endpoint))
+        header = headers.encode(headers.Failure(mesh_id, rank, endpoint))
+        if self.lease is not None and self.lease.detached:
+            self.lease.keep_failure([header, bytes(payload)])
+            return
         with contextlib.suppress(TransportClosed):
             self._owner.send([header, payload])
 
@@ -267,14 +346,23 @@ class Agent:
         for req_id, batch in list(self._batches.items()):
             if batch.waiting.pop(child.listen_path, None) is not None and not batch.waiting:
                 self._flush(req_id)
-        self._event("exited", child.listen_path, {"reason": reason, "code": child.returncode})
+        details = {"reason": reason, "code": child.returncode}
+        if self.lease is not None and self.lease.detached:
+            frame = [headers.encode(headers.Event("exited", child.listen_path)), dumps(details)[0]]
+            self.lease.keep_failure(frame, exited=child.listen_path)
+            return
+        self._event("exited", child.listen_path, details)
 
     def output(self, stream: str, text: str) -> None:
-        """Send output of this host's workers to the owner's ``stream``."""
+        """Send output of this host's workers to the owner's ``stream`` (kept for the
+        next controller while none is attached)."""
+        if self.lease is not None and self.lease.detached:
+            self.lease.keep_output(stream, text)
+            return
         self._event("output", "", {"stream": stream, "text": text})
 
     def _event(self, what: str, address: str, details: dict[str, Any]) -> None:
-        header = env.encode_header((env.EVENT, what, address))
+        header = headers.encode(headers.Event(what, address))
         with contextlib.suppress(TransportClosed):
             self._owner.send([header, dumps(details)[0]])
 
@@ -304,19 +392,20 @@ def _serve_as_agent(
     """Serve ``owner`` as the agent of this host, reached by other hosts at
     ``advertise`` (``None``: by none), until it goes away."""
     info = host_info(advertise or "")
+    said = {"role": "agent", "host": info.hostname, "address": info.address, "cpus": info.cpus}
     serve(
         key,
         owner,
-        {"role": "agent", "host": info.hostname, "address": info.address, "cpus": info.cpus},
+        said,
         own_group=own_group,
         prefix_output=False,
-        setup=functools.partial(_become_agent, advertise=advertise),
+        setup=functools.partial(_become_agent, advertise=advertise, info=said),
         owner_sock=owner_sock,
     )
 
 
-def _become_agent(runtime: Runtime, advertise: str | None) -> None:
-    Agent(runtime, advertise)  # the handlers it registers on the runtime keep it
+def _become_agent(runtime: Runtime, advertise: str | None, info: dict[str, Any]) -> None:
+    Agent(runtime, advertise, info)  # the handlers it registers on the runtime keep it
 
 
 def serve_in_session(owner: str, advertise: str | None, sock: socket.socket) -> None:

@@ -12,16 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core import _envelope as env
-from .._core import dumps, loads
+from .._core import dumps, error_from_payload, headers, loads
 from .._exceptions import ActorDiedError
-from .._transport import Connection, SegmentShare, TransportClosed
-from .._transport._frames import Buffer
+from .._transport import Buffer, Connection, SegmentShare, TransportClosed
 from ._process import ChildProcess, LaunchCommand
 from ._remote import RemoteProcess, Status
 
@@ -73,7 +73,7 @@ class RelayConnection(Connection):
         """
         if self._closed:
             raise TransportClosed(f"the worker at {self.peer} is gone")
-        self.link.conn.send([env.encode_header((env.RELAY, self.peer)), *parts])
+        self.link.conn.send([headers.encode(headers.Relay(self.peer)), *parts])
 
     def start(self) -> None:
         """Nothing to read: replies come on the agent's connection."""
@@ -141,7 +141,7 @@ class _HostRequest:
             if ok:
                 self.future.set_result(loads(parts[0], parts[1:]))
             else:
-                self.future.set_exception(env.error_from_payload(parts[0]))
+                self.future.set_exception(error_from_payload(parts[0]))
         return True
 
     def on_lost(self, conn: Any, reason: str) -> bool:
@@ -171,6 +171,13 @@ class AgentLink:
         self.cpus = int(info.get("cpus", 1))
         self.workers: dict[str, RelayedProcess] = {}
         self.lost_reason: str | None = None
+        # What an agent of a leased job said when this owner attached (see _hosts._lease):
+        # the job, its mesh records, this host's workers; None for an agent without one.
+        self.lease_info: dict[str, Any] | None = info.get("lease")
+        # True once the agent holds a lease: it outlives this owner, which then never
+        # kills it, and leaves it running when this process exits.
+        self.leased = False
+        self._detached_why: str | None = None
 
     def __repr__(self) -> str:
         return f"<host agent on {self.hostname} ({self.address})>"
@@ -184,7 +191,7 @@ class AgentLink:
         req_id = self.runtime.register(request)
         payload, buffers = dumps(args)
         try:
-            self.conn.send([env.encode_header((env.HOST, req_id, op)), payload, *buffers])
+            self.conn.send([headers.encode(headers.HostOp(req_id, op)), payload, *buffers])
         except TransportClosed as error:
             self.runtime.forget(req_id)
             raise ActorDiedError(str(error), reason=str(error)) from None
@@ -208,6 +215,29 @@ class AgentLink:
         self.workers[new.listen_path] = new
         return new
 
+    async def lease(self, job: str, keep_alive: float) -> str:
+        """Have the agent outlive this owner by up to ``keep_alive`` seconds (loop thread);
+        the address where a controller attaches to it later."""
+        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        address: str = await self._request("lease", job, keep_alive, me)
+        self.hold()
+        return address
+
+    def hold(self) -> None:
+        """The agent holds a lease: this owner leaves it running when it goes."""
+        self.leased = True
+        self.process.kill_with(None)
+
+    def record(self, key: str, blob: bytes | None) -> None:
+        """Write (``None``: remove) the mesh record ``key`` at the agent (any thread)."""
+        self._tell("record", key, blob)
+
+    async def replay(self) -> int:
+        """Have the agent send what it kept while detached (loop thread): its output and
+        failures arrive before this returns; how many failures."""
+        count: int = await self._request("replay")
+        return count
+
     def signal(self, address: str, sig: int) -> None:
         """Ask the agent to send ``sig`` to the worker at ``address`` (fire and forget)."""
         self._tell("signal", address, int(sig))
@@ -225,18 +255,23 @@ class AgentLink:
     def _tell(self, op: str, *args: Any) -> None:
         payload, _ = dumps(args)
         with contextlib.suppress(TransportClosed):
-            self.conn.send([env.encode_header((env.HOST, 0, op)), payload])
+            self.conn.send([headers.encode(headers.HostOp(0, op)), payload])
 
     def relay(self, address: str) -> RelayConnection:
         """The way to the worker at ``address``."""
         return RelayConnection(self, address)
 
     def cast(
-        self, gather: int, targets: list[tuple[str, tuple[int, ...], bytes]], parts: list[Any]
+        self,
+        gather: int,
+        targets: list[tuple[str, tuple[int, ...], bytes]],
+        parts: list[Any],
+        combine: bytes | None = None,
     ) -> None:
         """One frame for several workers of this host: each gets its header and ``parts``;
-        a nonzero ``gather`` (a request id) has the agent send their replies as one."""
-        header = env.encode_header((env.CAST, gather, targets))
+        a nonzero ``gather`` (a request id) has the agent send their replies as one, with
+        their values folded by ``combine`` (a pickled function) if given."""
+        header = headers.encode(headers.Cast(gather, targets, combine))
         self.conn.send([header, *parts])
 
     # -- what the agent tells us ------------------------------------------------------------
@@ -257,12 +292,25 @@ class AgentLink:
             worker = self.workers.pop(address, None)
             if worker is not None:
                 worker.exited(str(details.get("reason", "exited")), details.get("code"))
+        elif what == "detached":
+            # Another controller took the job over; the hang-up follows. Its workers run
+            # on: their going out of reach is no failure to report here.
+            self._detached_why = str(details.get("why", "detached"))
+            self.process.stopping = True
+            for worker in self.workers.values():
+                worker.stopping = True
         else:
             log.warning("%r sent an event of unknown kind %r", self, what)
 
     def lost(self, reason: str) -> None:
-        """The agent is gone, and so is every worker of its host (loop thread)."""
-        self.lost_reason = f"the host agent on {self.hostname} is gone: {reason}"
+        """The agent is gone, and so is every worker of its host (loop thread); or, for a
+        leased agent, this owner was detached from them (they run on)."""
+        if self._detached_why is not None:
+            reason = self._detached_why
+            self.lost_reason = f"detached from the host agent on {self.hostname}: {reason}"
+        else:
+            self.lost_reason = f"the host agent on {self.hostname} is gone: {reason}"
         workers, self.workers = self.workers, {}
+        how = "is gone with its host agent" if self._detached_why is None else "is out of reach"
         for worker in workers.values():
-            worker.exited(f"is gone with its host agent ({reason})", None)
+            worker.exited(f"{how} ({reason})", None)

@@ -16,8 +16,7 @@ import logging
 import pickle
 from typing import Any
 
-from .._core import _envelope as env
-from .._core import loads
+from .._core import headers, loads
 from .._transport import Connection, TransportClosed
 
 __all__ = ["DebugRelay", "SessionWatch"]
@@ -56,7 +55,7 @@ class DebugRelay:
 
     def on_frame(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
         """A DEBUG frame from the owner (a typed line) or from a worker (anything else)."""
-        _, sid, op = header
+        sid, op = headers.read(headers.Debug, header)
         owner = self.runtime._parent
         if conn is owner:
             target = self._down.get(sid)
@@ -85,6 +84,6 @@ class DebugRelay:
         self.runtime.debugging(entry[1], False)
         owner = self.runtime._parent
         if tell and owner is not None:
-            header = env.encode_header((env.DEBUG, sid, "close"))
+            header = headers.encode(headers.Debug(sid, "close"))
             with contextlib.suppress(TransportClosed):
                 owner.send([header, pickle.dumps({"why": "the session's connection closed"}, 5)])

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._core._envelope import SHUTDOWN, encode_header
+from .._core import headers
 from .._transport import TransportClosed
 from ._remote import Joined
 
@@ -85,7 +85,7 @@ class JoinWait:
         if send_away:
             for joined in self.joined:
                 with contextlib.suppress(TransportClosed):
-                    joined.conn.send([encode_header((SHUTDOWN,))])
+                    joined.conn.send([headers.encode(headers.Shutdown())])
                 joined.conn.close()
 
 

@@ -34,11 +34,12 @@ from typing import Any
 from .._config import Config
 from .._core import new_event_loop
 from .._transport import is_tcp
+from ._native_stacks import let_owner_trace
 from ._output import install_prefix_streams
 from ._reaper import OrphanReaper, become_subreaper, kill_tree
 from ._runtime import Runtime
 
-__all__ = ["die_with_parent", "serve"]
+__all__ = ["die_with_parent", "outlive_owner", "serve"]
 
 _PR_SET_PDEATHSIG = 1
 _REAP_INTERVAL = 1.0
@@ -49,6 +50,9 @@ _OWN_GROUP = True
 _OWNER_GRACE = 2.0
 # Seconds the interpreter gets to finalize once the process has served (see _leave).
 _FINALIZE_LIMIT = 10
+# Set once this process holds a lease (a host agent of a job with ``keep_alive``): the
+# owner's death no longer ends it; the lease does (see _hosts._lease).
+_OUTLIVE_OWNER = threading.Event()
 
 
 def die_with_parent(signum: int = signal.SIGTERM) -> None:
@@ -66,6 +70,26 @@ def die_with_parent(signum: int = signal.SIGTERM) -> None:
         os._exit(0)
 
 
+def outlive_owner() -> None:
+    """From now on, outlive the owner: no signal from the kernel when it dies, and the
+    watchdogs below let it go. What ends the process then is its own business (a host
+    agent's lease)."""
+    _OUTLIVE_OWNER.set()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.environ.get("ACTORMESH_PARENT_PID"):
+        # Started by the owner, with the owner's output: a process that outlives it must
+        # not hold its terminal or pipes open (`python train.py | tee log` would wait
+        # for the lease). What it says goes to the owner as events anyway.
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+
+
 def _watch_parent(parent: int) -> None:
     """End this process soon after ``parent`` dies, even if the event loop is blocked."""
     try:
@@ -80,7 +104,8 @@ def _watch_parent(parent: int) -> None:
         poller.register(pidfd, select.POLLIN)
         while not poller.poll():
             pass
-        _exit_now()
+        if not _OUTLIVE_OWNER.is_set():
+            _exit_now()
 
     threading.Thread(target=wait, name="actormesh-parent-watch", daemon=True).start()
 
@@ -98,7 +123,8 @@ def _watch_owner_connection(fd: int) -> None:
         # A free event loop sees the hang-up too and exits cleaner (its sockets and
         # directory removed) within milliseconds; step in only when it is blocked.
         time.sleep(_OWNER_GRACE)
-        _exit_now()
+        if not _OUTLIVE_OWNER.is_set():
+            _exit_now()
 
     threading.Thread(target=wait, name="actormesh-owner-watch", daemon=True).start()
 
@@ -144,6 +170,7 @@ def serve(
     parent = os.environ.get("ACTORMESH_PARENT_PID")
     if parent:
         _watch_parent(int(parent))
+        let_owner_trace(int(parent))  # py-spy from the owner (``stacks --native``)
     config = Config.from_env()
     if prefix_output and os.environ.get("ACTORMESH_OUTPUT") == "prefix":
         coords = os.environ.get("ACTORMESH_COORDS", "{}")

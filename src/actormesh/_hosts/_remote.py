@@ -140,8 +140,9 @@ class RemoteProcess(ChildProcess):
         self._kill = kill
         self._on_exit: Callable[[ChildProcess], None] | None = None
 
-    def kill_with(self, kill: Callable[[], None]) -> None:
-        """How to end it for sure (the Ray actor that holds it, say), from now on."""
+    def kill_with(self, kill: Callable[[], None] | None) -> None:
+        """How to end it for sure (the Ray actor that holds it, say), from now on
+        (``None``: never by force; a leased host agent ends by its lease)."""
         self._kill = kill
 
     def watch(self, loop: Any, on_exit: Callable[[ChildProcess], None]) -> None:

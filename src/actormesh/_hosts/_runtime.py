@@ -19,13 +19,12 @@ import logging
 import os
 import signal
 import socket
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._config import Config
-from .._core import CoreRuntime, loads
-from .._core import _envelope as env
-from .._core._deferral import Deferrals, Resume
+from .._core import CoreRuntime, Deferrals, Resume, headers, loads
 from .._exceptions import ActorDiedError
 from .._transport import (
     Connection,
@@ -42,6 +41,7 @@ from .._transport import (
 from ._agent_link import AgentLink, RelayConnection, RelayedProcess, WorkerSpec
 from ._aggregate import LineAggregator
 from ._debug_relay import DebugRelay
+from ._event_log import EventLog, open_event_log
 from ._forkserver import ForkServer, template_key
 from ._forkserver import available as forks_available
 from ._heartbeat import HeartbeatMonitor
@@ -80,14 +80,45 @@ class Runtime(CoreRuntime):
         self.agents: dict[Connection, AgentLink] = {}
         self._agent_ids = itertools.count()
         self._attaching: set[Connection] = set()  # agents dialled, not joined yet
-        self.frame_kinds[env.EVENT] = self._on_agent_event
+        self.frame_kinds[headers.EVENT] = self._on_agent_event
         self._aggregator: LineAggregator | None = None
         # Where local workers are forked from (see _forkserver), once a spawn needs one.
         self._forks: ForkServer | None = None
         self._forks_failures = 0
         # Breakpoints in workers: passed up to the owner (a controller puts its own
         # debugger hub here, see actormesh._observe).
-        self.frame_kinds[env.DEBUG] = DebugRelay(self).on_frame
+        self.frame_kinds[headers.DEBUG] = DebugRelay(self).on_frame
+        # Who keeps a job event log here: the controller, or an agent (which says so).
+        self.event_source: str | None = None
+        self._events: EventLog | bool | None = None  # False: none is kept here
+        self._events_lock = threading.Lock()
+
+    # -- the job event log ----------------------------------------------------------------
+
+    @property
+    def events(self) -> EventLog | None:
+        """This process' job event log (``_event_log``), opened on first use; ``None`` in a
+        worker, or when ``Config.event_log`` is off."""
+        events = self._events
+        if events is None:
+            with self._events_lock:
+                if self._events is None:
+                    source = self.event_source or ("controller" if self._parent is None else None)
+                    opened = open_event_log(self.config, source) if source else None
+                    self._events = opened if opened is not None else False
+                events = self._events
+        return events if isinstance(events, EventLog) else None
+
+    def record_event(self, kind: str, **fields: Any) -> None:
+        """Add an event to the job event log, if this process keeps one (any thread)."""
+        events = self.events
+        if events is not None:
+            events.record(kind, **fields)
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        if isinstance(self._events, EventLog):
+            self._events.close()  # after the workers stopped: their exits are in it
 
     # -- the core runtime's hooks ---------------------------------------------------------
 
@@ -126,7 +157,8 @@ class Runtime(CoreRuntime):
     def _stop_children(self) -> None:
         if self._forks is not None:
             self._forks.close()
-        children = list(self._children.values())
+        # A leased job's agents and workers outlive this process (see _lease): left alone.
+        children = [c for c in self._children.values() if not self.leased(c)]
         if children and not self.in_loop_thread() and self.loop.is_running():
             try:
                 self.run_sync(self.stop_processes(children, grace=1.0), timeout=15)
@@ -263,6 +295,7 @@ class Runtime(CoreRuntime):
                 forwarder.start()
             self._forwarders[path] = forwarders
         child.watch(self.loop, self._child_exited)
+        self.record_event("process_start", rank=rank, pid=child.pid, address=path, key=key)
         return child
 
     @property
@@ -291,9 +324,9 @@ class Runtime(CoreRuntime):
         return sink
 
     def _handle_hello(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        _, path, pid, key, info = header
+        path, pid, key, info = headers.read(headers.Hello, header)
         child = self._children.get(path)
-        if child is None and (is_tcp(path) or conn in self._attaching):
+        if conn in self._attaching or (child is None and is_tcp(path)):
             # A process this one did not start dialled in, or one we dialled (a host agent
             # on a Unix socket, say): whoever waits for it adopts it.
             self.joins.offer(Joined(conn, path, pid, key, info))
@@ -419,19 +452,21 @@ class Runtime(CoreRuntime):
         link = self.agents.get(conn)
         if link is None:
             raise ValueError(f"an EVENT from {conn.peer}, which is no host agent of ours")
-        _, what, address = header
+        what, address = headers.read(headers.Event, header)
         link.on_event(what, address, loads(parts[1]))
 
     def send_frames(
         self,
         frames: Sequence[tuple[Connection, tuple[int, ...], tuple[Any, ...], list[Any]]],
         gather: int = 0,
+        combine: bytes | None = None,
     ) -> list[tuple[tuple[int, ...], str]]:
         """Send ``(conn, ranks, header, parts)`` frames; the ``(ranks, why)`` that failed.
 
         Frames for several workers behind one host agent that share their parts leave as
         one ``CAST`` to that agent (one frame per host, not per process); a nonzero
-        ``gather`` (the request's id) has each agent send its workers' replies as one.
+        ``gather`` (the request's id) has each agent send its workers' replies as one, and
+        a ``combine`` (a reducing call's function, pickled) has it fold their values.
         """
         failed: list[tuple[tuple[int, ...], str]] = []
         by_agent: dict[tuple[int, int], list[tuple[RelayConnection, tuple[int, ...], Any]]] = {}
@@ -459,8 +494,8 @@ class Runtime(CoreRuntime):
                 if len(group) == 1:
                     self.send(first, group[0][2], parts)
                 else:
-                    targets = [(c.peer, r, env.encode_header(h)) for c, r, h in group]
-                    first.link.cast(gather, targets, parts)
+                    targets = [(c.peer, r, headers.encode(h)) for c, r, h in group]
+                    first.link.cast(gather, targets, parts, combine)
             except (ActorDiedError, TransportClosed) as error:
                 failed.extend((r, str(error)) for _, r, _ in group)
         return failed
@@ -481,7 +516,7 @@ class Runtime(CoreRuntime):
         if conn is None or conn.closed:
             return False
         try:
-            conn.send([env.encode_header((env.PING, seq))])
+            conn.send([headers.encode(headers.Ping(seq))])
         except TransportClosed:
             return False
         return True
@@ -506,6 +541,17 @@ class Runtime(CoreRuntime):
         reason = f"process {child.pid} (rank {child.rank}) {how}"
         if child.restart_note:
             reason += f"; {child.restart_note}"
+        code = child.returncode
+        self.record_event(
+            "process_exit",
+            rank=child.rank,
+            pid=child.pid,
+            address=path,
+            exit_code=code if code is not None and code >= 0 else None,
+            signal=-code if code is not None and code < 0 else None,
+            message=reason,
+            asked=child.stopping,
+        )
         if isinstance(child, RemoteProcess):
             link = self.agents.pop(child.conn, None)
             if link is not None:  # a host agent: its workers went with it
@@ -544,6 +590,14 @@ class Runtime(CoreRuntime):
             kill_tagged("ACTORMESH_KEY", child.key)
         if not self._deferrals.active(path) and not self.owner_decides_restarts:
             child.release_address()  # no successor will listen there
+
+    def leased(self, child: ChildProcess) -> bool:
+        """True for a host agent holding a lease, and for the workers it started: they
+        outlive this owner."""
+        link = child.link if isinstance(child, RelayedProcess) else None
+        if isinstance(child, RemoteProcess):
+            link = self.agents.get(child.conn)
+        return link is not None and link.leased
 
     def _owned_conns(self, child: ChildProcess) -> list[Connection]:
         """The connections ``child`` made to us (its HELLO)."""
@@ -617,7 +671,7 @@ class Runtime(CoreRuntime):
             conn = self._conns.get(child.listen_path)
             if conn is not None and child.alive():
                 with contextlib.suppress(TransportClosed):
-                    conn.send([env.encode_header((env.SHUTDOWN,))])
+                    conn.send([headers.encode(headers.Shutdown())])
         progress = Progress(
             self.loop, f"stopping {len(children)} processes", "exited", len(children),
             self.progress_mode,
@@ -643,6 +697,15 @@ class Runtime(CoreRuntime):
                 forwarder.drain()
         if self._aggregator is not None:
             self._aggregator.flush()  # what the stopped processes said comes before "stopped"
+
+    def let_go(self, children: Sequence[ChildProcess]) -> None:
+        """Stop owning ``children`` without ending them (a controller detaching from a
+        leased job: they run on, and another owner may take them)."""
+        for child in children:
+            child.stopping = True
+            if self._heartbeat is not None:
+                self._heartbeat.untrack(child)
+            self._children.pop(child.listen_path, None)
 
     def children(self) -> list[ChildProcess]:
         """Worker processes started by this runtime that have not been stopped."""

@@ -21,8 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .._core import EndpointKind, dumps
-from .._core._envelope import SPAWN, STOP_MESH, encode_header, error_from_payload
+from .._core import EndpointKind, dumps, error_from_payload, headers
 from .._exceptions import ActorDiedError
 from .._transport import Connection, TransportClosed
 from ._runtime import Runtime
@@ -131,10 +130,10 @@ async def prepare(
     req_id = runtime.register(replies)
     try:
         for conn, rank in conns.items():
-            runtime.send(conn, (SPAWN, req_id, mesh_id, (rank,)), [payload, *buffers])
+            runtime.send(conn, headers.Spawn(req_id, mesh_id, (rank,)), [payload, *buffers])
         await asyncio.wait_for(replies.future, timeout)
     finally:
         runtime.forget(req_id)
         for conn in conns:
             with contextlib.suppress(TransportClosed):
-                conn.send([encode_header((STOP_MESH, 0, mesh_id))])
+                conn.send([headers.encode(headers.StopMesh(0, mesh_id))])

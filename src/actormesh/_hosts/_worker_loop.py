@@ -26,9 +26,16 @@ import subprocess
 import sys
 from typing import Any, NoReturn
 
-from .._transport import Gatekeeper, bind_socket, format_tcp, is_abstract, parse_worker_address
-from .._transport._auth import accept_steps, open_accept_steps
-from .._transport._unix import peer_is_trusted
+from .._transport import (
+    Gatekeeper,
+    accept_steps,
+    bind_socket,
+    format_tcp,
+    is_abstract,
+    open_accept_steps,
+    parse_worker_address,
+    peer_is_trusted,
+)
 from ._agent import LOOP_FD_ENV, serve_in_session
 from ._lifetime import die_with_parent
 

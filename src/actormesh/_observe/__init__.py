@@ -16,20 +16,40 @@ from typing import Any
 
 from .._hosts import Runtime
 from ._hub import DebugHub
+from ._metric_backends import (
+    ConsoleBackend,
+    JsonlBackend,
+    MetricBackend,
+    TensorBoardBackend,
+    WandbBackend,
+)
+from ._metric_logger import MetricLogger
 from ._registry import JobAddress, find_jobs, job_address
 from ._report import Meshes, mesh_stacks
 from ._service import JobService
 from ._stacks import StackGroup, Stacks
+from ._timeline import timeline, write_trace
+from ._wire import read_message, write_message
 
 __all__ = [
+    "ConsoleBackend",
     "JobAddress",
+    "JsonlBackend",
+    "MetricBackend",
+    "MetricLogger",
     "Observer",
     "StackGroup",
     "Stacks",
+    "TensorBoardBackend",
+    "WandbBackend",
     "find_jobs",
     "mesh_stacks",
     "observer",
+    "read_message",
     "spawned",
+    "timeline",
+    "write_message",
+    "write_trace",
 ]
 
 
@@ -37,13 +57,13 @@ class Observer:
     """One controller's observability: its meshes, debugger hub and job socket."""
 
     def __init__(self, runtime: Runtime) -> None:
-        from .._core import _envelope as env
+        from .._core import headers
 
         self.runtime = runtime
         self.meshes = Meshes(runtime)
         self.address = job_address() if runtime.config.observe else None
         self.hub = DebugHub(runtime, job=str(os.getpid()) if self.address else None)
-        runtime.frame_kinds[env.DEBUG] = self.hub.on_frame
+        runtime.frame_kinds[headers.DEBUG] = self.hub.on_frame
         self.service: JobService | None = None
         if self.address is not None:
             self.service = JobService(runtime, self.address, self.meshes, self.hub)
@@ -80,6 +100,15 @@ def spawned(mesh: Any) -> None:
     if found is not None:
         ref = mesh._ref
         found.meshes.track(ref)
+        found.runtime.record_event(
+            "mesh_spawn",
+            mesh=ref.name,
+            message=ref.class_name,
+            mesh_id=ref.mesh_id,
+            labels=list(ref.labels),
+            sizes=list(ref.sizes),
+            addresses=list(ref.paths),
+        )
         lines = found.runtime.output_lines
         if lines is not None:
             lines.declare(ref.name, ref.labels, ref.sizes)

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core import _envelope as env
-from .._hosts._debug_relay import SessionWatch
+from .._core import headers
+from .._hosts import SessionWatch
 from .._transport import Connection, TransportClosed
 
 __all__ = ["DebugHub", "Session"]
@@ -94,7 +94,7 @@ class DebugHub:
 
     def on_frame(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
         """A DEBUG frame from a worker (directly or through its host agent)."""
-        _, sid, op = header
+        sid, op = headers.read(headers.Debug, header)
         details = pickle.loads(parts[1]) if len(parts) > 1 else {}
         session = self.sessions.get(sid)
         if op == "open":
@@ -185,7 +185,7 @@ class DebugHub:
         if session is None:
             return False
         session.wants_line = False
-        header = env.encode_header((env.DEBUG, sid, "in"))
+        header = headers.encode(headers.Debug(sid, "in"))
         try:
             session.conn.send([header, pickle.dumps({"text": text}, 5)])
         except TransportClosed:

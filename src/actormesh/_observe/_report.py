@@ -10,15 +10,16 @@ seconds between two reports, so the first report has none. Runs on the loop thre
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import sys
 import time
 from typing import Any
 
-from .._api._actor_mesh import MeshRef
-from .._api._mesh_state import MeshState, all_states
-from .._core._snapshot import observe, process_usage
+from .._api import MeshRef, MeshState, all_states
+from .._core import observe, process_usage
+from .._hosts import native_stacks
 from ._stacks import Stacks, rank_stacks
 
 __all__ = ["Meshes"]
@@ -66,6 +67,14 @@ class Meshes:
             if name is None or ref.name == name:
                 picked.append(ref)
         return picked
+
+    def processes(self) -> set[str]:
+        """The paths of the processes of every live mesh (loop thread)."""
+        return {path for ref in self._live(None) for path in ref.paths}
+
+    def live(self, name: str | None = None) -> list[MeshRef]:
+        """The live meshes (those named ``name``, when given)."""
+        return self._live(name)
 
     def _cpu_percent(self, pid: int, cpu: float | None) -> float | None:
         if cpu is None:
@@ -122,28 +131,55 @@ class Meshes:
         return {"job": self.info(), "time": time.time(), "meshes": meshes}
 
     async def stacks(
-        self, mesh: str | None = None, ranks: list[int] | None = None, timeout: float = 3.0
+        self,
+        mesh: str | None = None,
+        ranks: list[int] | None = None,
+        timeout: float = 3.0,
+        native: bool = False,
     ) -> list[Stacks]:
-        """The stacks of the selected ranks of every live mesh (or those named ``mesh``)."""
+        """The stacks of the selected ranks of every live mesh (or those named ``mesh``);
+        ``native``: C and Python frames of every thread, through py-spy."""
         refs = self._live(mesh)
-        return [await mesh_stacks(self.runtime, ref, ranks, timeout) for ref in refs]
+        return [await mesh_stacks(self.runtime, ref, ranks, timeout, native) for ref in refs]
 
 
 async def mesh_stacks(
-    runtime: Any, ref: MeshRef, ranks: list[int] | None, timeout: float
+    runtime: Any, ref: MeshRef, ranks: list[int] | None, timeout: float, native: bool = False
 ) -> Stacks:
-    """The stacks of ``ranks`` (all when ``None``) of the mesh ``ref`` (loop thread)."""
-    chosen = list(range(len(ref.paths))) if ranks is None else ranks
-    paths = {ref.paths[rank] for rank in chosen if 0 <= rank < len(ref.paths)}
-    answers = await observe(runtime, paths, "stacks", timeout)
+    """The stacks of ``ranks`` (all when ``None``) of the mesh ``ref`` (loop thread);
+    ``native``: each process' threads through py-spy, its Python answer for the state
+    line only (a process whose loop is blocked still gets its native stacks)."""
+    every = range(len(ref.paths))
+    chosen = [rank for rank in (every if ranks is None else ranks) if rank in every]
+    paths = {ref.paths[rank] for rank in chosen}
+    asked = observe(runtime, paths, "stats" if native else "stacks", timeout)
+    dumps: dict[str, dict[str, Any]] = {}
+    if native:
+        answers, found = await asyncio.gather(asked, _native(runtime, paths, timeout))
+        dumps = found
+    else:
+        answers = await asked
     return rank_stacks(
         ref.name,
         (
             (rank, _actor(answers[ref.paths[rank]], ref.mesh_id, rank), answers[ref.paths[rank]])
             for rank in chosen
-            if 0 <= rank < len(ref.paths)
         ),
+        {rank: dumps[ref.paths[rank]] for rank in chosen} if native else None,
     )
+
+
+async def _native(runtime: Any, paths: set[str], timeout: float) -> dict[str, dict[str, Any]]:
+    """py-spy's view of each process at ``paths`` that runs on this host."""
+
+    async def one(path: str) -> dict[str, Any]:
+        child = runtime._children.get(path)
+        if child is None or not getattr(child, "local", False):
+            return {"error": "not a process this controller started on this host"}
+        return await native_stacks(child.pid, max(timeout, 10.0))
+
+    found = await asyncio.gather(*(one(path) for path in paths))
+    return dict(zip(paths, found))
 
 
 def _actor(answer: dict[str, Any], mesh_id: str, rank: int) -> dict[str, Any] | None:

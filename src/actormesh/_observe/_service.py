@@ -7,7 +7,10 @@ completion, with the request's ``id``:
 
 - ``{"op": "info"}``: the job in a line (pid, program, start, number of meshes);
 - ``{"op": "snapshot", "mesh": name?}``: every mesh and rank (``_report``);
-- ``{"op": "stacks", "mesh": name?, "ranks": [..]?}``: grouped stacks (``_stacks``);
+- ``{"op": "stacks", "mesh": name?, "ranks": [..]?, "native": bool?}``: grouped stacks
+  (``_stacks``), C frames and the GIL's holder too with ``native`` (py-spy);
+- ``{"op": "timeline", "mesh": name?, "last": seconds?}``: the calls each rank ran, as a
+  Chrome trace (``_timeline``);
 - ``{"op": "debug.list"}``, ``{"op": "debug.attach", "session": id}``,
   ``{"op": "debug.input", "session": id, "text": line}``,
   ``{"op": "debug.detach", "session": id}``: breakpoints (``_hub``). A connection that
@@ -29,6 +32,7 @@ from typing import Any
 from .._transport import Connection, Listener, TransportClosed
 from ._hub import DebugHub
 from ._report import Meshes
+from ._timeline import collect
 from ._wire import MAX_MESSAGE, decode, encode
 
 __all__ = ["JobService"]
@@ -134,9 +138,21 @@ class _Client:
             return await meshes.snapshot(request.get("mesh"), timeout)
         if op == "stacks":
             found = await meshes.stacks(
-                request.get("mesh"), request.get("ranks"), float(request.get("timeout", 3.0))
+                request.get("mesh"),
+                request.get("ranks"),
+                float(request.get("timeout", 3.0)),
+                bool(request.get("native", False)),
             )
             return {"stacks": [stacks.to_json() for stacks in found]}
+        if op == "timeline":
+            last = request.get("last")
+            trace = await collect(
+                self.service.runtime,
+                meshes.live(request.get("mesh")),
+                None if last is None else float(last),
+                float(request.get("timeout", 5.0)),
+            )
+            return {"trace": trace}
         if op == "debug.list":
             if self.event not in hub.watchers:
                 hub.watchers.append(self.event)

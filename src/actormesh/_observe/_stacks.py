@@ -16,6 +16,7 @@ elsewhere read as two stacks::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,6 +150,37 @@ def _body(actor: dict[str, Any] | None, process: dict[str, Any]) -> str:
     return "\n".join(blocks)
 
 
+def _native_body(mesh: str, dump: dict[str, Any]) -> str:
+    """A rank's threads as py-spy saw them (innermost frame first, as py-spy prints):
+    its actor's threads, the process' other threads, not other actors' threads. The
+    actor's threads are named as in the Python stacks (``actor thread``), without their
+    coordinates, so ranks stuck in the same place group."""
+    if "error" in dump:
+        return f"  native stacks: {dump['error']}"
+    mine = re.compile(rf"actor {re.escape(mesh)}($|[{{ ])")  # "actor trainer{'gpus': 3}"
+
+    def title(name: str) -> str:
+        if mine.match(name):
+            return "actor loop thread" if name.endswith("(loop)") else "actor thread"
+        return f"thread '{name}'"
+
+    threads = [
+        thread
+        for thread in dump["threads"]
+        # Another actor of the same process: its own rank shows it.
+        if not (thread["name"] or "").startswith("actor ") or mine.match(thread["name"])
+    ]
+    holder = next((title(t["name"] or "?") for t in dump["threads"] if t["gil"]), None)
+    blocks = [f"  GIL: held by {holder}" if holder else "  GIL: not held"]
+    for thread in threads:
+        # Not whether it was on a CPU (py-spy's "active"): that differs between ranks
+        # stuck in the same place, which should group.
+        head = title(thread["name"] or "?") + (" (holds the GIL)" if thread["gil"] else "")
+        frames = "\n".join(f"    {frame}" for frame in thread["frames"]) or "    (no frames)"
+        blocks.append(f"  {head}:\n{frames}")
+    return "\n".join(blocks)
+
+
 def _seconds(times: list[float]) -> str:
     if not times:
         return ""
@@ -159,16 +191,22 @@ def _seconds(times: list[float]) -> str:
 def rank_stacks(
     mesh: str,
     ranks: Iterable[tuple[int, dict[str, Any] | None, dict[str, Any]]],
+    native: dict[int, dict[str, Any]] | None = None,
 ) -> Stacks:
     """Group the ranks of ``mesh`` by their stacks.
 
     ``ranks``: ``(rank, its actor's entry in its process' answer or None, that answer)``.
+    ``native``: each rank's process' threads as py-spy saw them
+    (``_hosts._native_stacks``), shown instead of the Python stacks.
     """
     keyed: dict[tuple[str, str], list[tuple[int, float | None]]] = {}
     by_rank: dict[int, str] = {}
     for rank, actor, process in ranks:
         state, seconds = _state(actor, process)
-        body = _body(actor, process)
+        if native is not None:
+            body = _native_body(mesh, native.get(rank) or {"error": "not asked"})
+        else:
+            body = _body(actor, process)
         keyed.setdefault((state, body), []).append((rank, seconds))
         own = state + (f" for {seconds:.1f} s" if seconds is not None else "")
         by_rank[rank] = f"{own}\n{body}" if body else own

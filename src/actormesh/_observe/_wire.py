@@ -14,8 +14,7 @@ import json
 import socket
 from typing import Any
 
-from .._transport._blocking import receive_exactly
-from .._transport._frames import PREFIX, encode_header, header_size, parse_lengths, parse_prefix
+from .._transport import read_frame, write_frame
 
 __all__ = ["decode", "encode", "read_message", "write_message"]
 
@@ -41,8 +40,7 @@ def decode(part: bytes | memoryview) -> dict[str, Any]:
 
 def write_message(sock: socket.socket, message: dict[str, Any]) -> None:
     """Send one message on a blocking socket."""
-    part = encode(message)
-    sock.sendall(encode_header([len(part)]) + part)
+    write_frame(sock, [encode(message)])
 
 
 def read_message(sock: socket.socket) -> dict[str, Any]:
@@ -52,9 +50,7 @@ def read_message(sock: socket.socket) -> dict[str, Any]:
         ConnectionError: the peer closed the connection.
         ValueError: a frame that is not one JSON object.
     """
-    nparts, body = parse_prefix(receive_exactly(sock, PREFIX.size, "a job request"), 0)
-    if nparts != 1 or body > MAX_MESSAGE:
-        raise ValueError(f"not a job message: {nparts} parts, {body} bytes")
-    table = receive_exactly(sock, header_size(nparts) - PREFIX.size, "a job request")
-    parse_lengths(PREFIX.pack(nparts, body) + table, 0, nparts)
-    return decode(receive_exactly(sock, body, "a job request"))
+    parts = read_frame(sock, "a job request", max_body=MAX_MESSAGE)
+    if len(parts) != 1:
+        raise ValueError(f"not a job message: {len(parts)} parts")
+    return decode(parts[0])

@@ -11,6 +11,7 @@ without the runtime.
 from __future__ import annotations
 
 from ._placement import Placement, plan, resources_from
+from ._reduce import Reduce, State, Tally, reduce_states
 from ._routing import (
     Affinity,
     ChoosePolicy,
@@ -21,6 +22,7 @@ from ._routing import (
     RoundRobin,
     WorkQueue,
     policy_from,
+    takes_key,
 )
 from ._sharding import CallbackDispatch, Dispatch, as_dispatch, split_along
 from ._signature import Arity
@@ -36,11 +38,16 @@ __all__ = [
     "Placement",
     "PowerOfTwo",
     "Random",
+    "Reduce",
     "RoundRobin",
+    "State",
+    "Tally",
     "WorkQueue",
     "as_dispatch",
     "plan",
     "policy_from",
+    "reduce_states",
     "resources_from",
     "split_along",
+    "takes_key",
 ]

@@ -16,12 +16,23 @@ from ._address import (
     unix_part,
     unix_path,
 )
-from ._auth import AuthenticationError, new_secret
-from ._connection import Connection, TransportClosed
+from ._auth import (
+    AuthenticationError,
+    accept_steps,
+    connect_steps,
+    new_secret,
+    open_accept_steps,
+    open_connect_steps,
+)
+from ._blocking import exchange_frame, read_frame, write_frame
+from ._connection import CloseHandler, Connection, TransportClosed
+from ._frames import Buffer
 from ._gatekeeper import Gatekeeper, Limits
+from ._link import Link, MemoryLink
 from ._shm import SegmentShare
 from ._steps import Steps, run_blocking
 from ._tcp import (
+    HANDSHAKE_TIMEOUT,
     TcpListener,
     connect_tcp,
     format_tcp,
@@ -30,25 +41,33 @@ from ._tcp import (
     parse_tcp,
     route_source,
 )
-from ._unix import Listener, connect_unix, is_abstract, private_socket_dir
+from ._unix import Listener, connect_unix, is_abstract, peer_is_trusted, private_socket_dir
 
 __all__ = [
     "AuthenticationError",
+    "Buffer",
+    "CloseHandler",
     "Connection",
     "Endpoint",
     "Gatekeeper",
+    "HANDSHAKE_TIMEOUT",
     "Limits",
+    "Link",
     "Listener",
+    "MemoryLink",
     "SegmentShare",
     "Steps",
     "TcpListener",
     "TransportClosed",
     "WorkerAddress",
+    "accept_steps",
     "bind_socket",
     "connect_address",
+    "connect_steps",
     "connect_tcp",
     "connect_unix",
     "dual_address",
+    "exchange_frame",
     "format_tcp",
     "host_id",
     "interface_of",
@@ -56,13 +75,18 @@ __all__ = [
     "is_tcp",
     "listening_socket",
     "new_secret",
+    "open_accept_steps",
+    "open_connect_steps",
     "parse_tcp",
     "parse_worker_address",
+    "peer_is_trusted",
     "private_socket_dir",
+    "read_frame",
     "route",
     "route_source",
     "run_blocking",
     "tcp_part",
     "unix_part",
     "unix_path",
+    "write_frame",
 ]

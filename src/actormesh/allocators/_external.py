@@ -17,11 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._api._allocator import ProcessSpec
-from .._hosts import ChildProcess, Runtime
-from .._hosts._agent_link import AgentLink
-from .._hosts._joining import JoinWait, is_agent, join_order
-from .._hosts._setup import ProcessSetup, prepare
+from .._api import ProcessSpec
+from .._hosts import (
+    AgentLink,
+    ChildProcess,
+    JoinWait,
+    ProcessSetup,
+    Runtime,
+    is_agent,
+    join_order,
+    prepare,
+)
 from .._transport import parse_tcp
 
 __all__ = ["ExternalAllocator"]

@@ -22,11 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._api._allocator import ProcessSpec
-from .._hosts import ChildProcess, Runtime
-from .._hosts._agent_link import AgentLink
-from .._hosts._joining import JoinWait
-from .._hosts._remote import Joined
+from .._api import ProcessSpec
+from .._hosts import AgentLink, ChildProcess, Joined, JoinWait, Runtime
 from .._shape import Point
 from .._transport import format_tcp, parse_tcp
 from ._ray_host import ProcessHost

@@ -17,12 +17,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any
 
-from .._api._actor import Actor
-from .._api._context import context
-from .._api._endpoint import endpoint
-from .._api._future import Future
-from .._api._host_mesh import HostMesh
-from .._api._proc_mesh import _from_concurrent
+from .._api import Actor, Future, HostMesh, context, endpoint, from_concurrent
 from .._hosts import Runtime
 
 __all__ = ["CommandActor", "exec_command", "rank_environment"]
@@ -128,4 +123,4 @@ def exec_command(
 
     # Not a daemon: the interpreter waits for a started command, as Monarch's does.
     threading.Thread(target=observe, name="actormesh-exec-command").start()
-    return _from_concurrent(Runtime.get(), finished)
+    return from_concurrent(Runtime.get(), finished)

@@ -15,7 +15,7 @@ import os
 import secrets
 from collections.abc import Sequence
 
-from .._api._monarch import ProcId, Uid
+from .._api import ProcId, Uid
 
 __all__ = [
     "SERVICE_PROC_IDS_ENV",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._api._host_mesh import this_host
+from .._api import this_host
 from ._trait import JobState, JobTrait
 
 __all__ = ["LocalJob"]

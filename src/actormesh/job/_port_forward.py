@@ -18,11 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .._api._actor import Actor
-from .._api._context import current_rank
-from .._api._endpoint import endpoint
-from .._api._ports import Channel, Port, PortReceiver
-from .._api._proc_mesh import ProcMesh
+from .._api import Actor, Channel, Port, PortReceiver, ProcMesh, current_rank, endpoint
 from .._shape import Point
 
 __all__ = ["PortForwarder"]

@@ -12,8 +12,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from .._api._host_mesh import HostMesh, attach_to_workers
-from .._api._monarch import TRUST_ALL_CONNECTIONS
+from .._api import HostMesh, attach_to_workers
 from ._identity import allocate_service_proc_ids, service_proc_addr
 from ._sessions import end_sessions, live_in_sessions
 from ._trait import JobState, JobTrait
@@ -22,6 +21,7 @@ __all__ = [
     "OWNER_VARIABLES",
     "ProcessJob",
     "ProcessState",
+    "TRUST_ALL_CONNECTIONS",
     "check_meshes",
     "hosts_from_config",
     "worker_environment",
@@ -44,6 +44,11 @@ OWNER_VARIABLES = (
     "ACTORMESH_PROC_MESH",
     "ACTORMESH_TCP_FD",
 )
+
+
+# Monarch's ca= for worker loops that take their first owner unauthenticated unless they
+# have the job's secret (see run_worker_loop_forever).
+TRUST_ALL_CONNECTIONS = "trust_all_connections"
 
 
 class ProcessState(NamedTuple):

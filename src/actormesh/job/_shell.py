@@ -24,10 +24,7 @@ import tty
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from .._api._actor import Actor
-from .._api._endpoint import endpoint
-from .._api._host_mesh import HostMesh
-from .._api._ports import Channel, Port, PortReceiver
+from .._api import Actor, Channel, HostMesh, Port, PortReceiver, endpoint
 from ._exec import rank_environment
 
 __all__ = ["shell"]

@@ -21,15 +21,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._api._host_mesh import attach_to_workers
-from .._api._monarch import TRUST_ALL_CONNECTIONS
+from .._api import attach_to_workers
 from ._identity import (
     SERVICE_PROC_IDS_ENV,
     allocate_service_proc_ids,
     serialize_service_proc_ids,
     service_proc_addrs,
 )
-from ._process import OWNER_VARIABLES, check_meshes
+from ._process import OWNER_VARIABLES, TRUST_ALL_CONNECTIONS, check_meshes
 from ._trait import JobState, JobTrait
 
 __all__ = ["SlurmJob"]

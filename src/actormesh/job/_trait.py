@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
-from .._api._host_mesh import HostMesh
+from .._api import HostMesh
 from ._telemetry import MeshAdminConfig, TelemetryConfig
 
 __all__ = ["DEFAULT_JOB_PATH", "JobState", "JobTrait", "job_load", "job_loads"]

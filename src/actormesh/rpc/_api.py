@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .._core._envelope import STOP_MESH
+from .._core import headers
 from .._exceptions import SerializationError
 from .._hosts import Runtime
 from .._transport import dual_address, format_tcp, listening_socket, route_source
@@ -239,7 +239,7 @@ def _host(runtime: Runtime, agent: Agent, mesh_id: str, name: str, rank: int) ->
             errors.append(error)
         built.set()
 
-    runtime.host(mesh_id, rank, lambda: agent, name, {"rank": rank}, done)
+    runtime.hosting.host(mesh_id, rank, lambda: agent, name, {"rank": rank}, done)
     if not built.wait(_HOST_TIMEOUT_S):
         raise RpcTimeoutError("init_rpc: the RPC agent did not start")
     if errors:
@@ -249,7 +249,7 @@ def _host(runtime: Runtime, agent: Agent, mesh_id: str, name: str, rank: int) ->
 def _unhost(runtime: Runtime, mesh_id: str) -> None:
     with contextlib.suppress(Exception):
         own = runtime.connection(runtime.listen_path)
-        runtime.send(own, (STOP_MESH, 0, mesh_id), [])
+        runtime.send(own, headers.StopMesh(0, mesh_id), [])
 
 
 # -- leaving --------------------------------------------------------------------------------

@@ -17,8 +17,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._core import loads
-from .._core._envelope import error_from_payload
+from .._core import error_from_payload, loads
 from .._exceptions import MeshStoppedError
 from ._errors import RpcTimeoutError, WorkerDiedError
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pickle import PickleBuffer
 from typing import TYPE_CHECKING, Any
 
-from .._core._envelope import error_from_payload, error_payload
+from .._core import error_from_payload, error_payload
 from .._exceptions import ActorError
 from ._dist_autograd import Context, engine
 from ._wire import DecodeSession, EncodeSession, decode, encode

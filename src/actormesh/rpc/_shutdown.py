@@ -22,7 +22,7 @@ import time
 from concurrent.futures import Future as ConcurrentFuture
 from typing import TYPE_CHECKING, Any
 
-from .._core._envelope import STOP_MESH
+from .._core import headers
 from .._exceptions import ActorError
 from ._agent import endpoint
 from ._errors import RpcTimeoutError, WorkerDiedError
@@ -285,7 +285,7 @@ def teardown(state: RpcState) -> None:
     state.store = None
     with contextlib.suppress(Exception):
         own = runtime.connection(runtime.listen_path)
-        runtime.send(own, (STOP_MESH, 0, state.agents[state.me.id]), [])
+        runtime.send(own, headers.StopMesh(0, state.agents[state.me.id]), [])
     # Frames still queued on the loop (the last barrier's answers, the goodbyes) leave
     # before this returns: the process may exit at once, without atexit handlers (a
     # multiprocessing child ends with os._exit), and peers would find them lost.

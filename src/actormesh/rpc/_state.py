@@ -18,8 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._core import dumps
-from .._core._envelope import CALL, REPLY
+from .._core import dumps, headers
 from .._exceptions import ActorDiedError
 from .._hosts import Runtime
 from ._calls import Call, Deadlines, OnDone
@@ -185,7 +184,7 @@ class RpcState:
                 args = (args[0], call.req_id, *args[1:])
             payload, buffers = dumps((args, {}))
             header_id = 0 if direct_reply else call.req_id
-            header = (CALL, header_id, self.agents[dest], (dest,), endpoint)
+            header = headers.Call(header_id, self.agents[dest], (dest,), endpoint)
             self.runtime.send(conn, header, [payload, *buffers])
         except ActorDiedError as error:
             self.runtime.forget(call.req_id)
@@ -209,7 +208,7 @@ class RpcState:
         try:
             payload, buffers = dumps((args, {}))
             conn = self.runtime.connection(self.paths[dest])
-            header = (CALL, 0, self.agents[dest], (dest,), endpoint)
+            header = headers.Call(0, self.agents[dest], (dest,), endpoint)
             self.runtime.send(conn, header, [payload, *buffers])
         except Exception:
             log.debug("dropped a %r message to worker %d", endpoint, dest, exc_info=True)
@@ -220,7 +219,7 @@ class RpcState:
         try:
             payload, buffers = dumps(value)
             conn = self.runtime.connection(self.paths[dest])
-            self.runtime.send(conn, (REPLY, req_id, self.me.id, True), [payload, *buffers])
+            self.runtime.send(conn, headers.Reply(req_id, self.me.id, True), [payload, *buffers])
         except Exception:
             log.debug("could not answer request %d of worker %d", req_id, dest, exc_info=True)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .._core._tensors import finish_tensor
+from .._core import finish_tensor
 
 __all__ = ["StorageTable"]
 

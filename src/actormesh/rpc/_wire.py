@@ -29,8 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from .._core._serialization import _Pickler
-from .._core._tensors import reduce_tensor
+from .._core import Pickler, reduce_tensor
 from .._exceptions import SerializationError
 from ._storages import StorageTable
 
@@ -112,7 +111,7 @@ class DecodeSession:
         self.confirmations: list[Any] = []
 
 
-class _RpcPickler(_Pickler):
+class _RpcPickler(Pickler):
     def __init__(
         self, file: io.BytesIO, session: EncodeSession, buffers: list[pickle.PickleBuffer]
     ) -> None:

@@ -16,10 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from actormesh._api._context import context
-from actormesh._api._future import Future
-from actormesh._api._proc_mesh import _from_concurrent
-from actormesh._api._system import ActorHost, run_in_actors
+from actormesh._api import ActorHost, Future, context, from_concurrent, run_in_actors
 from actormesh._hosts import Runtime
 from actormesh._transport import (
     format_tcp,
@@ -59,7 +56,7 @@ def setup_process_group(
         ActorError: joining failed in an actor (the others wait up to ``timeout``).
     """
     runtime = Runtime.get()
-    return _from_concurrent(runtime, runtime.submit(_setup(mesh, backend, timeout)))
+    return from_concurrent(runtime, runtime.submit(_setup(mesh, backend, timeout)))
 
 
 def destroy_process_group(mesh: Any) -> Future[None]:
@@ -69,7 +66,7 @@ def destroy_process_group(mesh: Any) -> Future[None]:
     async def destroy() -> None:
         await run_in_actors(mesh, _destroy_in_actor)
 
-    return _from_concurrent(runtime, runtime.submit(destroy()))
+    return from_concurrent(runtime, runtime.submit(destroy()))
 
 
 async def _setup(mesh: Any, backend: str | None, timeout: float) -> None:

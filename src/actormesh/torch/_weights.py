@@ -19,13 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from actormesh._api._context import context
-from actormesh._api._future import Future
-from actormesh._api._proc_mesh import _from_concurrent
-from actormesh._api._system import ActorHost, run_in_actors
+from actormesh._api import ActorHost, Future, context, from_concurrent, run_in_actors
 from actormesh._exceptions import ActorMeshError
-from actormesh._hosts import Runtime
-from actormesh._hosts._progress import Progress
+from actormesh._hosts import Progress, Runtime
 from actormesh._shape import Point, ValueMesh
 
 if TYPE_CHECKING:
@@ -140,6 +136,14 @@ def sync_weights(
         finally:
             progress.done()
         seconds = time.perf_counter() - started
+        runtime.record_event(
+            "weights",
+            mesh=target.name,
+            message=f"weights v{version} synced from '{source.name}'",
+            version=version,
+            source=source.name,
+            seconds=seconds,
+        )
         return SyncReport(
             version,
             sum(nbytes for nbytes, _ in sent),
@@ -147,7 +151,7 @@ def sync_weights(
             seconds,
         )
 
-    return _from_concurrent(runtime, runtime.submit(run()))
+    return from_concurrent(runtime, runtime.submit(run()))
 
 
 def weights_version(actor: Any) -> int | None:

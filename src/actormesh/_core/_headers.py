@@ -1,0 +1,302 @@
+"""Message headers: one definition per message kind, its builder and its reader.
+
+A frame's first part is its header, pickled on its own so a fan-out re-encodes only the
+header per destination, never the arguments. On the wire a header is a plain tuple
+whose first item is the message kind and whose other items are the fields below, in
+order: ``(CALL, req_id, mesh_id, ranks, endpoint, token, port, view)``. Code never
+builds or unpacks those tuples by hand: it builds the kind's ``NamedTuple`` (the fields
+alone; ``KINDS`` maps each kind to its class), ``encode`` turns it into the wire tuple's
+bytes, and a handler reads a received tuple back with ``read(Call, header)``. The wire
+stays a plain tuple (a ``NamedTuple`` pickles with its class name, five times slower),
+so the dispatch (``_dispatch``, and its compiled twin) checks it as before, against
+``LAYOUTS``, which is derived from these classes.
+
+Between an owner and its workers::
+
+    Hello     worker -> owner, once connected (info: a dict; a joining process says who
+              it is)
+    Spawn     + factory pickle and buffers
+    Call      + (args, kwargs) pickle and buffers; with a token, answer on the
+              connection that said ReplyTo with it (if still open); with a port
+              (address, id), send each actor's answer there as a Reply to that id;
+              view: (labels, sizes, ranks) of the slice called
+    Reply     + value pickle (or error payload) and buffers
+    Failure   + error payload: a reply-less call failed
+    StopMesh  drop every actor of a mesh in this process
+    Cancel    the caller gave up on a request
+    Shutdown  the owner asks the worker to exit
+    Ping/Pong owner -> worker heartbeat, answered on the worker's loop (never an actor
+              thread)
+    Inspect   what are these actors doing about request ``call_id``? one Reply (rank
+              -1) with a ``{rank: description}`` pickle
+    ReplyTo   first frame of a connection that a caller's own event loop reads replies on
+    Observe   what the process and its actors are doing (``what``: "stats" or
+              "stacks"); one Reply (rank -1) with a dict pickle, built on the worker's
+              loop
+    Debug     + details pickle: a remote breakpoint. Worker -> owner on a connection of
+              its own ("open", "out", "state", "close"); owner -> worker ("in"); owners
+              that are not the controller pass them on by ``session``
+
+Between an owner and a host agent (``actormesh._hosts``), which stands between the owner
+and the workers of one host::
+
+    Relay     + a whole frame for the worker at ``address``
+    Cast      + parts shared by every worker named: each target ``(address, ranks,
+              encoded header)`` gets its header and the parts; ``gather``: the req_id
+              whose replies the agent batches; ``combine``: how it folds their values
+    Replies   + every reply's parts, back to back; ``replies``: ``(req_id, rank, ok,
+              nparts)`` for each
+    HostOp    + args pickle: a host operation (spawn, relaunch, signal); one Reply
+              (rank -1)
+    Event     + details pickle: a worker exited, or output lines for the owner's streams
+
+``req_id`` 0 means no reply is wanted (``broadcast``). A reply whose rank is ``PARTIAL``
+carries the combined value of several ranks, and which ranks they are (a reducing call
+through a host agent).
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, NamedTuple, TypeVar
+
+from ._dispatch import entry_for, frame_table
+
+__all__ = [
+    "CALL",
+    "CANCEL",
+    "CAST",
+    "Call",
+    "Cancel",
+    "Cast",
+    "CastTarget",
+    "DEBUG",
+    "Debug",
+    "EVENT",
+    "Event",
+    "FAILURE",
+    "Failure",
+    "HELLO",
+    "HOST",
+    "Header",
+    "Hello",
+    "HostOp",
+    "INSPECT",
+    "Inspect",
+    "KINDS",
+    "LAYOUTS",
+    "OBSERVE",
+    "Observe",
+    "PARTIAL",
+    "PING",
+    "PONG",
+    "Ping",
+    "Pong",
+    "RELAY",
+    "REPLIES",
+    "REPLY",
+    "REPLY_TO",
+    "Ranks",
+    "Relay",
+    "Replies",
+    "Reply",
+    "ReplyTo",
+    "SHUTDOWN",
+    "SPAWN",
+    "STOP_MESH",
+    "Shutdown",
+    "Spawn",
+    "StopMesh",
+    "View",
+    "decode",
+    "encode",
+    "read",
+]
+
+HELLO, SPAWN, CALL, REPLY, FAILURE, STOP_MESH, CANCEL, SHUTDOWN = range(1, 9)
+PING, PONG, INSPECT, REPLY_TO = range(9, 13)
+RELAY, CAST, REPLIES, HOST, EVENT = range(13, 18)
+OBSERVE, DEBUG = range(18, 20)
+
+# The rank of a reply that stands for several ranks: ``(ranks, combined value)``.
+PARTIAL = -2
+
+Ranks = tuple[int, ...]
+# A called slice's shape: its dimension labels, sizes, and the ranks it holds.
+View = tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]
+# One worker of a Cast: its address, the ranks called there, its encoded header.
+CastTarget = tuple[str, Ranks, bytes]
+# One reply of a Replies batch: req_id, rank, ok, and how many of the frame's parts are its.
+BatchedReply = tuple[int, int, bool, int]
+
+
+class Hello(NamedTuple):
+    address: str
+    pid: int
+    key: str
+    info: dict[str, Any]
+
+
+class Spawn(NamedTuple):
+    req_id: int
+    mesh_id: str
+    ranks: Ranks
+
+
+class Call(NamedTuple):
+    req_id: int
+    mesh_id: str
+    ranks: Ranks
+    endpoint: str
+    token: str | None = None  # answer on the reply route this token named
+    port: tuple[str, int] | None = None  # answer there, as a Reply to its id
+    view: View | None = None  # the slice the call was made on
+
+
+class Reply(NamedTuple):
+    req_id: int
+    rank: int
+    ok: bool
+
+
+class Failure(NamedTuple):
+    mesh_id: str
+    rank: int
+    endpoint: str
+
+
+class StopMesh(NamedTuple):
+    req_id: int
+    mesh_id: str
+
+
+class Cancel(NamedTuple):
+    req_id: int
+    mesh_id: str
+    ranks: Ranks
+
+
+class Shutdown(NamedTuple):
+    pass
+
+
+class Ping(NamedTuple):
+    seq: int
+
+
+class Pong(NamedTuple):
+    seq: int
+
+
+class Inspect(NamedTuple):
+    req_id: int
+    mesh_id: str
+    ranks: Ranks
+    call_id: int
+
+
+class ReplyTo(NamedTuple):
+    token: str
+
+
+class Relay(NamedTuple):
+    address: str
+
+
+class Cast(NamedTuple):
+    gather: int
+    targets: list[CastTarget]
+    # A reducing call's combine function, pickled: the agent folds its workers' values
+    # with it and answers with one PARTIAL reply for them (see ``_hosts/_reduction.py``).
+    combine: bytes | None = None
+
+
+class Replies(NamedTuple):
+    replies: list[BatchedReply]
+
+
+class HostOp(NamedTuple):
+    req_id: int
+    op: str
+
+
+class Event(NamedTuple):
+    what: str
+    address: str
+
+
+class Observe(NamedTuple):
+    req_id: int
+    what: str
+
+
+class Debug(NamedTuple):
+    session: str
+    op: str
+
+
+# Each kind's class; a header is an instance of one of them.
+KINDS: dict[int, type[tuple[Any, ...]]] = {
+    HELLO: Hello,
+    SPAWN: Spawn,
+    CALL: Call,
+    REPLY: Reply,
+    FAILURE: Failure,
+    STOP_MESH: StopMesh,
+    CANCEL: Cancel,
+    SHUTDOWN: Shutdown,
+    PING: Ping,
+    PONG: Pong,
+    INSPECT: Inspect,
+    REPLY_TO: ReplyTo,
+    RELAY: Relay,
+    CAST: Cast,
+    REPLIES: Replies,
+    HOST: HostOp,
+    EVENT: Event,
+    OBSERVE: Observe,
+    DEBUG: Debug,
+}
+_KIND_OF = {cls: kind for kind, cls in KINDS.items()}
+Header = tuple[Any, ...]  # an instance of a class of KINDS
+
+# How many items a header of each kind has on the wire (the kind, then its fields), for
+# the dispatch's check.
+LAYOUTS: dict[int, tuple[int, ...]] = {
+    kind: (len(cls._fields) + 1,)  # type: ignore[attr-defined]
+    for kind, cls in KINDS.items()
+}
+
+
+def encode(header: Header) -> bytes:
+    """The bytes of ``header`` (an instance of a class of ``KINDS``) on the wire: its
+    kind, then its fields, as a plain tuple, pickled."""
+    return pickle.dumps((_KIND_OF[type(header)], *header), 5)
+
+
+_H = TypeVar("_H")
+
+
+def read(kind: type[_H], header: tuple[Any, ...]) -> _H:
+    """A received (and checked) wire tuple as its kind's class: ``read(Call, header)``."""
+    return kind(*header[1:])
+
+
+def _known(conn: Any, header: tuple[Any, ...], parts: Any) -> None:
+    """The handler of every kind in ``_CHECKS`` (a table used only to check headers)."""
+
+
+_CHECKS = frame_table(LAYOUTS, {}, _known)
+
+
+def decode(data: Any) -> tuple[Any, ...]:
+    """The wire tuple of a frame's first part, checked (frames a runtime receives go
+    through ``_dispatch.dispatch``, which checks them the same way); read it with its
+    ``read``.
+
+    Raises:
+        ValueError: not a header of a kind this version knows, with that kind's layout.
+    """
+    header: tuple[Any, ...] = pickle.loads(data)
+    entry_for(_CHECKS, header)
+    return header
