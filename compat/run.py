@@ -66,7 +66,7 @@ MONARCH_PYTHON_ENV = "ACTORMESH_MONARCH_PYTHON"
 # ``import monarch.actor`` binds the name ``monarch``, which the program then uses
 # (``monarch.actor.unhandled_fault_hook = hook``): the rewritten line binds it to the
 # actormesh package, so ``monarch.actor`` is ``actormesh.actor`` and no other line changes.
-_MONARCH_MODULES = r"(actor|rdma|spmd)"
+_MONARCH_MODULES = r"(actor|job|rdma|spmd)"
 REWRITES: dict[str, list[tuple[str, str]]] = {
     "monarch": [
         (rf"^(\s*)from monarch\.{_MONARCH_MODULES}(\s+import\b)", r"\1from actormesh.\2\3"),

@@ -33,8 +33,13 @@ os.environ[SESSION_ENV] = SESSION_ID
 _STATE_DIR = tempfile.mkdtemp(prefix="am-test-state-")
 os.environ.setdefault("ACTORMESH_STATE_DIR", _STATE_DIR)
 
-# Words in a command line that mark an actormesh worker process.
-WORKER_MARKERS = ("actormesh._bootstrap",)
+# Words in a command line that mark an actormesh worker process: a worker, a worker
+# loop (a job's host, actormesh's or Monarch's) and a loop's agent session.
+WORKER_MARKERS = (
+    "actormesh._bootstrap",
+    "run_worker_loop_forever",
+    "actormesh._hosts._worker_loop",
+)
 
 # Workers of a mesh stopped by the last test may still be on their way out; this is how
 # long they get before they count as leaked.

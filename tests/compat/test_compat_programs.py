@@ -99,6 +99,7 @@ def test_rewrite_table() -> None:
         "import os\n"
         "from monarch.actor import Actor, endpoint\n"
         "from monarch.rdma import RDMABuffer\n"
+        "from monarch.job import ProcessJob\n"
         "import monarch.actor\n"
         "import monarch.spmd as spmd\n"
         "monarch.actor.unhandled_fault_hook = print\n"
@@ -107,6 +108,7 @@ def test_rewrite_table() -> None:
         "import os\n"
         "from actormesh.actor import Actor, endpoint\n"
         "from actormesh.rdma import RDMABuffer\n"
+        "from actormesh.job import ProcessJob\n"
         "import actormesh as monarch, actormesh.actor\n"
         "import actormesh.spmd as spmd\n"
         "monarch.actor.unhandled_fault_hook = print\n"
@@ -122,7 +124,7 @@ def test_rewrite_table() -> None:
     ("peer", "line"),
     [
         ("monarch", "from monarch import fetch_shard\n"),
-        ("monarch", "from monarch.job import LocalJob\n"),
+        ("monarch", "from monarch.tools import commands\n"),
         ("ray", "import ray.actor_mesh\n"),
     ],
 )

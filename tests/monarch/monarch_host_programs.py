@@ -25,7 +25,8 @@ else:
 def attach(args: dict[str, Any]) -> dict[str, Any]:
     """Attaches to ``args["workers"]`` (with ``args["ca"]``), spawns one process per host
     (with ``args["command_env"]`` as a bootstrap command's ``with_env``, if given), reads
-    ``args["read"]`` in each, then shuts the hosts down."""
+    ``args["read"]`` in each, then shuts the hosts down (``args["leave"]``: exits
+    without, leaving the worker loops to the next controller)."""
     hosts = attach_to_workers(ca=args.get("ca"), workers=args["workers"])
     command = None
     if "command_env" in args:
@@ -45,7 +46,8 @@ def attach(args: dict[str, Any]) -> dict[str, Any]:
         result["plain_env"] = {
             name: plain.get_env.call(name).get(timeout=60).values() for name in args["read"]
         }
-    hosts.shutdown().get(timeout=60)
+    if not args.get("leave"):
+        hosts.shutdown().get(timeout=60)
     return result
 
 

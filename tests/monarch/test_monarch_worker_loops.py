@@ -120,6 +120,27 @@ def test_trust_all_worker_loops_serve_unix_sockets_without_a_secret(
     assert not (tmp_path / "w0").exists()
 
 
+@pytest.mark.timeout(180)
+def test_a_worker_loop_serves_controllers_one_after_another_until_shut_down(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """Monarch's worker loop runs "until host shutdown terminates this process": a
+    controller that only exits leaves it to the next, at the same address."""
+    env = _open_env()
+    addresses = [f"ipc://{tmp_path}/w0", f"service<amtest>@ipc://{tmp_path}/w1"]
+    started = [workers.start(address, env) for address in addresses]
+    args: dict[str, Any] = {"ca": TRUST_ALL, "workers": addresses, "leave": True}
+    first = _program("attach", args, env)
+    assert [worker.poll() for worker in started] == [None, None]  # still serving
+    second = _program("attach", args, env)
+    assert second["ranks"] == first["ranks"]
+    assert not set(first["pids"]) & set(second["pids"])  # new processes for each owner
+    assert [worker.poll() for worker in started] == [None, None]
+    _program("attach", {"ca": TRUST_ALL, "workers": addresses}, env)  # shuts down
+    assert [worker.wait(timeout=30) for worker in started] == [0, 0]
+    assert not (tmp_path / "w0").exists()
+
+
 @pytest.mark.timeout(120)
 def test_a_worker_loop_serves_on_an_inherited_socket(workers: Workers) -> None:
     env = _open_env()

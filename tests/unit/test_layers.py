@@ -35,6 +35,7 @@ LAYERS: dict[str, float] = {
     "_observe": 4,  # the controller's side of top/stacks/debug: meshes and the runtime
     "_bootstrap": 4,  # the worker process' entry point: a runtime and the actor layer
     "allocators": 5,
+    "job": 5,
     "rpc": 5,
     "torch": 5,
     "testing": 5,

@@ -10,7 +10,7 @@ all import it at start-up. It installs a finder for the name ``monarch``:
 - a name imported from an internal module that is, in Monarch, the public object of the
   same name (``monarch._src.actor.host_mesh.this_host``) maps to actormesh's public name;
 - every other module of Monarch (``monarch._src``, ``monarch._rust_bindings``,
-  ``monarch.config``, ``monarch.job``...) imports, but each of its names is a stand-in
+  ``monarch.config``...) imports, but each of its names is a stand-in
   that raises ``MonarchInternalUsed`` when a test uses it (calls it, reads an attribute,
   checks ``isinstance`` against it). Merely importing or annotating with one is no use.
 
@@ -33,6 +33,7 @@ from typing import Any
 _MAPPING = json.loads((Path(__file__).resolve().parent / "mapping.json").read_text())
 _MODULES: dict[str, str] = _MAPPING["modules"]
 _ALIASES: dict[str, str] = _MAPPING["aliases"]  # "module:name" -> actormesh.actor name
+# (or "job.Name": a name of another public module)
 _UNMAPPED: set[str] = set(_MAPPING["unmapped"])
 
 
@@ -101,11 +102,14 @@ def _internal_module(name: str) -> types.ModuleType:
         if attr.startswith("__"):
             raise AttributeError(attr)
         alias = _ALIASES.get(f"{name}:{attr}")
-        if alias is not None:
+        if alias is not None:  # "Name" of actormesh.actor (or actormesh), or "module.Name"
+            module_name, _, public = alias.rpartition(".")
+            if module_name:
+                return getattr(importlib.import_module(f"actormesh.{module_name}"), public)
             face = importlib.import_module("actormesh.actor")
-            if not hasattr(face, alias):  # a name Monarch keeps out of monarch.actor
+            if not hasattr(face, public):  # a name Monarch keeps out of monarch.actor
                 face = importlib.import_module("actormesh")
-            return getattr(face, alias)
+            return getattr(face, public)
         value = _PLUMBING.get(name, {}).get(attr) or _stand_in(name, attr)
         setattr(module, attr, value)
         return value

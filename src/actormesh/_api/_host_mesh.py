@@ -337,6 +337,8 @@ class _Attached:
     """The "allocator" of hosts this process attached to: it only lets them go."""
 
     async def stop_hosts(self, runtime: Runtime, links: Sequence[AgentLink], grace: float) -> None:
+        for link in links:
+            link.retire()  # shut down, not just left: their worker loops end too
         await runtime.stop_processes([link.process for link in links], grace)
 
 

@@ -126,9 +126,10 @@ TRUST_ALL_CONNECTIONS = "trust_all_connections"
 
 
 def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = None) -> NoReturn:
-    """Serve as this host's agent for an owner that attaches at ``address``
-    (``attach_to_workers``); this process exits when that owner lets it go (shuts its
-    host mesh down) or goes away.
+    """Serve as this host's agent for owners that attach at ``address``
+    (``attach_to_workers``), one after another: when an owner goes away (exits, dies),
+    what it started here ends and the next owner is served at the same address. This
+    process exits when an owner shuts its host mesh down.
 
     ``address``: ``tcp://HOST:PORT``, ``tcp://HOST:fdN`` (a TCP socket this process
     inherited, bound already), ``ipc://PATH`` (a Unix socket), ``DIAL@BIND`` (listen at
@@ -147,10 +148,10 @@ def run_worker_loop_forever(*, address: str, ca: Any = None, private_key: Any = 
         OSError: it cannot be listened at (``listen: ...``).
     """
     del private_key
-    from .._hosts import serve_agent_listening
+    from .._hosts import serve_worker_loop
 
     parse_worker_address(address)
-    serve_agent_listening(address, _secret(ca))
+    serve_worker_loop(address, _secret(ca))
 
 
 def run_worker_loop_until_shutdown(
@@ -263,6 +264,18 @@ class Uid:
     @classmethod
     def instance(cls, label: str | None = None) -> Uid:
         return cls(label, uuid.uuid4().hex[:12])
+
+    @classmethod
+    def instance_from_value(cls, value: int, label: str | None = None) -> Uid:
+        """The instance id of a chosen 64-bit ``value`` (a launcher's ids for its hosts)."""
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+            raise ValueError(f"a uid value is an int in [0, 2**64), not {value!r}")
+        return cls(label, f"{value:016x}")
+
+    @property
+    def is_instance(self) -> bool:
+        """True: every actormesh uid names one instance (there are no singletons)."""
+        return True
 
     def __str__(self) -> str:
         return f"{self.label}<{self.value}>" if self.label else self.value

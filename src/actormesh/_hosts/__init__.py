@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._agent import dial_agent, serve_agent, serve_agent_listening
+from ._agent import dial_agent, serve_agent
 from ._agent_link import AgentLink, RelayedProcess, WorkerSpec
 from ._debug_relay import SessionWatch
 from ._event_log import KINDS as EVENT_KINDS
@@ -17,6 +17,7 @@ from ._progress import Progress
 from ._remote import Joined, Status
 from ._runtime import Runtime
 from ._setup import ProcessSetup, prepare
+from ._worker_loop import serve_worker_loop
 
 __all__ = [
     "AgentLink",
@@ -45,5 +46,5 @@ __all__ = [
     "prepare",
     "serve",
     "serve_agent",
-    "serve_agent_listening",
+    "serve_worker_loop",
 ]

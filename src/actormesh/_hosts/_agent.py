@@ -25,14 +25,13 @@ import functools
 import io
 import logging
 import os
-import queue
 import signal
 import socket
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any
 
 from .._core import dumps, error_payload, headers, loads
 from .._transport import (
@@ -40,21 +39,14 @@ from .._transport import (
     AuthenticationError,
     Connection,
     Endpoint,
-    Gatekeeper,
     SegmentShare,
     TransportClosed,
-    accept_steps,
-    bind_socket,
     connect_steps,
     connect_tcp,
     connect_unix,
-    format_tcp,
-    is_abstract,
     is_tcp,
-    open_accept_steps,
     open_connect_steps,
     parse_worker_address,
-    peer_is_trusted,
     route_source,
     run_blocking,
 )
@@ -66,9 +58,20 @@ from ._process import ChildProcess
 from ._reduction import Reduction
 from ._runtime import Runtime
 
-__all__ = ["Agent", "HostInfo", "dial_agent", "main", "serve_agent", "serve_agent_listening"]
+__all__ = [
+    "Agent",
+    "HostInfo",
+    "LOOP_FD_ENV",
+    "dial_agent",
+    "main",
+    "serve_agent",
+    "serve_in_session",
+]
 
 log = logging.getLogger("actormesh.hosts")
+
+# In a worker loop's session: the pipe on which the agent tells the loop to end with it.
+LOOP_FD_ENV = "ACTORMESH_LOOP_FD"
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,8 @@ class Agent:
             self._signal(*args)
         elif op == "release":
             self._release(*args)
+        elif op == "retire":
+            self._retire()
         elif op == "lease":
             self.runtime.loop.create_task(self._answer(conn, req_id, self._start_lease(*args)))
         elif op == "record":
@@ -245,6 +250,14 @@ class Agent:
         if worker is not None and not worker.alive():
             del self._workers[address]
             worker.release_address()
+
+    def _retire(self) -> None:
+        """The owner shuts this host down for good: a worker loop serving us ends with
+        this session instead of waiting for the next owner."""
+        fd = os.environ.get(LOOP_FD_ENV)
+        if fd:
+            with contextlib.suppress(OSError):
+                os.write(int(fd), b"r")
 
     def _signal(self, address: str, sig: int) -> None:
         child = self._workers.get(address)
@@ -406,61 +419,12 @@ def _become_agent(runtime: Runtime, advertise: str | None, info: dict[str, Any])
     Agent(runtime, advertise, info)  # the handlers it registers on the runtime keep it
 
 
-def serve_agent_listening(address: str, secret: str | None) -> NoReturn:
-    """Wait at ``address`` for an owner to attach, then serve it as this host's agent
-    until it lets us go or goes away (Monarch's ``run_worker_loop_forever``); then the
-    process exits (``SystemExit(0)``).
-
-    ``address`` is in any form of ``parse_worker_address`` (``tcp://host:port``,
-    ``tcp://host:fdN``, ``ipc://path``, ``DIAL@BIND``, ``PROC_ID@...``); the agent listens
-    at its bind side. With ``secret`` (the job's), the owner proves it before anything
-    else; without, the first owner to connect is taken unauthenticated and hands over
-    the job's secret (``ca="trust_all_connections"``, see ``_transport._auth``). A Unix
-    socket admits only processes of this user (or root), either way.
-
-    Raises:
-        ValueError: ``address`` is not a worker address.
-        OSError: it cannot be listened at (``listen: ...``: in use, not this host's).
-    """
-    where = parse_worker_address(address)
-    try:
-        listener = bind_socket(where.bind)
-    except OSError as error:
-        raise OSError(error.errno, f"listen: {address}: {error.strerror or error}") from None
-    unix = where.bind.transport == "unix"
-    arrived: queue.SimpleQueue[tuple[socket.socket, Any, Any]] = queue.SimpleQueue()
-
-    def admit(sock: socket.socket, peer: Any, result: Any) -> None:
-        if unix and not peer_is_trusted(sock):
-            sock.close()  # another user's process: not an owner of ours
-            return
-        arrived.put((sock, peer, result))
-
-    gate = Gatekeeper(
-        listener,
-        (lambda: accept_steps(secret)) if secret else open_accept_steps,
-        admit,
-        name=f"agent {address}",
-    )
-    gate.start()
-    try:
-        sock, peer, given = arrived.get()
-    finally:
-        gate.close()
-        if unix and not is_abstract(where.bind.path):
-            with contextlib.suppress(OSError):
-                os.unlink(where.bind.path)
-    os.environ["ACTORMESH_SECRET"] = secret or str(given)
-    if unix:
-        # An owner on this host: its workers need no TCP (nobody else reaches them).
-        owner, advertise = f"unix:{where.bind.path}#owner", None
-    else:
-        owner = format_tcp(str(peer[0]), int(peer[1]))
-        advertise = str(sock.getsockname()[0])  # where the owner reached us
+def serve_in_session(owner: str, advertise: str | None, sock: socket.socket) -> None:
+    """Serve ``owner``, who attached to a worker loop over ``sock`` (already
+    authenticated), as this host's agent until it goes away or lets us go
+    (``_worker_loop``)."""
     key = f"agent-{socket.gethostname()}-{os.getpid()}"
     _serve_as_agent(key, owner, advertise, own_group=False, owner_sock=sock)
-    # Monarch's worker loop never returns: its process ends with the host mesh it served.
-    raise SystemExit(0)
 
 
 # Seconds between tries to reach a worker loop that is not listening yet (doubling).

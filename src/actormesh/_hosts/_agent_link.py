@@ -252,6 +252,12 @@ class AgentLink:
         """Tell the agent the dead worker at ``address`` will not be restarted."""
         self._tell("release", address)
 
+    def retire(self) -> None:
+        """Tell the agent its host is shut down for good: a worker loop it serves in
+        ends with it, instead of waiting for the next owner (fire and forget; sent
+        before the agent is stopped, on the same connection, so it arrives first)."""
+        self._tell("retire")
+
     def _tell(self, op: str, *args: Any) -> None:
         payload, _ = dumps(args)
         with contextlib.suppress(TransportClosed):
