@@ -219,8 +219,11 @@ def test_a_second_controller_is_refused_unless_it_takes_over(start_job: Any) -> 
     line = job.line(30)
     while line.startswith("STEP"):
         line = job.line(30)
-    # The first controller's next call failed, saying why; the process itself runs on.
-    assert line.startswith("LOST ActorDiedError") and "took over job" in line, line
+    # The first controller's next call failed; the process itself runs on. (Its message
+    # says who took over, unless the worker's connection ended before the agent's notice
+    # came: "died before answering", a race docs/leases.md names.)
+    assert line.startswith("LOST ActorDiedError"), line
+    assert "took over job" in line or "died before answering" in line, line
     assert job.controller.poll() is None
 
 

@@ -89,9 +89,14 @@ class MetricLogger:
         runtime = Runtime.get()
         found = observer(runtime)
         labels: dict[str, str] = {}  # process path -> "<mesh>_<rank>" (its first mesh's)
+        # Actors hosted by the controller itself record into its own tallies, which
+        # _flush takes as the controller's: asking its own process too would take them
+        # first, under a mesh's name.
+        own = {runtime.address, runtime.listen_path}
         for ref in found.meshes.live() if found is not None else ():
             for rank, path in enumerate(ref.paths):
-                labels.setdefault(path, f"{ref.name}_{rank}")
+                if path not in own:
+                    labels.setdefault(path, f"{ref.name}_{rank}")
         return from_concurrent(runtime, runtime.submit(self._flush(runtime, labels, step)))
 
     async def _flush(self, runtime: Any, labels: dict[str, str], step: int) -> dict[str, float]:
