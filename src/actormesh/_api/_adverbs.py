@@ -499,7 +499,17 @@ class _Reduce(_Gather):
     def on_reply(self, rank: int, ok: bool, parts: list[memoryview]) -> bool:
         if rank != headers.PARTIAL:
             return super().on_reply(rank, ok, parts)
-        ranks, value = loads(parts[0], parts[1:])
+        try:
+            ranks, value = loads(parts[0], parts[1:])
+        except Exception as error:
+            # Fail the call here rather than leave it waiting for ranks it cannot count.
+            self.future._set_exception(error)
+            for rank, since in list(self.started.items()):
+                self.state.finished(rank, since, False)
+            self.started.clear()
+            self.outstanding.clear()
+            self._completed()
+            return True
         for covered in ranks:
             if self.outstanding.pop(covered, None) is None:
                 continue
