@@ -6,7 +6,10 @@ It spawns a ``trainer`` mesh of N ranks (default 4), prints ``READY <pid>`` and 
 - ``stuck``: has rank N-1 hang in ``allreduce_forever`` until stdin closes (for stacks);
 - ``breakpoint``: calls ``inspect`` on every rank given in argv[3] (``0,2``), prints
   their results, then ``DONE`` (for debug);
-- ``breakpoint_async``: the same with ``inspect_async``.
+- ``breakpoint_async``: the same with ``inspect_async``;
+- ``service``: also runs a service ``gen`` of 2 replicas x {tp: 2} of ``Trainer`` and
+  routes ``step`` through it in a loop, refitting its weights every 20 calls (for top's
+  services view).
 """
 
 from __future__ import annotations
@@ -17,7 +20,11 @@ import time
 
 from observe_actors import Trainer
 
-from actormesh import proc_mesh
+from actormesh import ReplicaFailedError, proc_mesh, spawn_service
+
+
+def _load(actors: object, version: int) -> None:
+    """The service's weights: nothing to load, the version is what top shows."""
 
 
 def main() -> None:
@@ -28,7 +35,7 @@ def main() -> None:
     trainers.initialized.get()
     print(f"READY {__import__('os').getpid()}", flush=True)
     stop = threading.Event()
-    if mode in ("serve", "stuck"):  # the debugger's prompt reads stdin in the others
+    if mode in ("serve", "stuck", "service"):  # the debugger's prompt reads stdin in the others
         threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
     if mode == "serve":
         with_errors = False
@@ -41,6 +48,21 @@ def main() -> None:
                 except ValueError:
                     with_errors = True
             time.sleep(0.05)
+    elif mode == "service":
+        gen = spawn_service(
+            "gen", Trainer, replicas=2, per_replica={"tp": 2}, load_weights=_load
+        ).get()
+        calls = 0
+        while not stop.is_set():
+            try:
+                gen.step.route().get()
+            except ReplicaFailedError:  # a rank the test killed was running it
+                continue
+            calls += 1
+            if calls % 20 == 0:
+                gen.update_weights().get()
+            time.sleep(0.02)
+        gen.stop().get()
     elif mode == "stuck":
         pending = trainers.step.call(size - 1)
         stop.wait()

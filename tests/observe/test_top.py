@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import signal
 import shutil
 from collections.abc import Iterator
 
@@ -88,3 +90,51 @@ def test_top_keys_help_sort_filter_details_and_quit(screen: Tmux) -> None:
     screen.wait_for(r"(?m)^ trainer +\d")
     screen.keys("q")
     assert "EXITED 0" in screen.wait_for("EXITED")
+
+
+def test_top_services_view_shows_replicas_restarts_and_their_ranks(job_factory) -> None:
+    job = job_factory("service", 2)
+    tmux = Tmux(shlex.join([*ACTORMESH, "top", "--services", "--job", str(job.pid)]))
+    try:
+        replica = r"(?m)^ gen +{} serving .*$"
+        text = tmux.wait_for(replica.format(1))
+        lines = text.splitlines()
+        assert all(len(line) <= 80 for line in lines)
+        assert re.search(r"gen: (\S+\.)?Trainer 2 x \{tp=2\} version \d+", text)
+        header = next(line for line in lines if "SERVICE" in line)
+        for title in ("REP", "STATE", "Q", "INF", "DONE", "FAIL", "REQ/S", "RST", "VER"):
+            assert f" {title}" in header
+        # Calls are answered and weights refitted: DONE and VER move on.
+        done, ver = header.index(" DONE"), header.index(" VER")
+
+        def row(index: int) -> str:
+            found = re.search(replica.format(index), tmux.screen())
+            return found.group(0) if found else ""
+
+        def numbers(index: int) -> tuple[int, int]:
+            line = row(index)
+            cells = (line[done : done + 8].strip(), line[ver : ver + 5].strip())
+            return (int(cells[0]), int(cells[1])) if all(c.isdigit() for c in cells) else (0, 0)
+
+        wait_until(lambda: numbers(0)[0] + numbers(1)[0] > 20, 60, "calls answered")
+        wait_until(lambda: numbers(0)[1] >= 1 and numbers(1)[1] >= 1, 60, "a refit")
+        # SIGKILL a rank of replica 1 (from its PIDS): the replica restarts as a unit.
+        victim = int(row(1).split()[-1].split(",")[1])
+        os.kill(victim, signal.SIGKILL)
+        rst = header.index(" RST")
+
+        def restarted() -> bool:
+            line = row(1)
+            return line[rst : rst + 4].strip() == "1" and str(victim) not in line
+
+        wait_until(restarted, 90, "replica 1 to be rebuilt and serving again")
+        # Enter on a replica shows its ranks (its process mesh gen.<replica>).
+        tmux.keys("Enter")
+        text = tmux.wait_for(r"(?m)^ gen\.\d +1 ")
+        assert re.search(r"mesh: gen\.\d", text)
+        tmux.keys("v")
+        tmux.wait_for("view: services")
+        tmux.keys("q")
+        assert "EXITED 0" in tmux.wait_for("EXITED")
+    finally:
+        tmux.close()

@@ -54,6 +54,7 @@ from ._proc_mesh import ProcMesh, proc_mesh
 from ._rdma import DroppedError, Region, Registry, ServiceActor, copy_local, vm_copy
 from ._send import Accumulator, send
 from ._service import Service, ServiceEndpoint, Session, spawn_service
+from ._service_core import live_services
 from ._service_values import Answer, ReplicaStats
 from ._supervision import install as install_supervision
 from ._supervision import set_failure_hook, unhandled_fault_hook
@@ -120,6 +121,7 @@ __all__ = [
     "install_actor_logs",
     "install_supervision",
     "job_records",
+    "live_services",
     "point_of",
     "proc_mesh",
     "resolved",

@@ -20,8 +20,10 @@ Where a call can be, and what moves it:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
+import weakref
 from collections import Counter, deque
 from typing import Any
 
@@ -41,7 +43,7 @@ from ._service_replica import Replica, settle
 from ._service_values import Answer, ReplicaStats
 from ._supervision import report
 
-__all__ = ["ServiceCore"]
+__all__ = ["ServiceCore", "live_services"]
 
 log = logging.getLogger("actormesh.service")
 
@@ -49,6 +51,15 @@ log = logging.getLogger("actormesh.service")
 _BROKEN = (ActorDiedError, MeshStoppedError, SupervisionError)
 _COMING_BACK = ("starting", "restarting", "refitting")
 _PLACED = ("starting", "serving", "refitting", "restarting", "draining")
+
+# Every service of this process, for ``actormesh top`` (weak: a service nobody holds and
+# that is stopped leaves no trace).
+_LIVE: weakref.WeakSet[ServiceCore] = weakref.WeakSet()
+
+
+def live_services() -> list[ServiceCore]:
+    """The services of this process not stopped yet, by name (loop thread)."""
+    return sorted((core for core in _LIVE if not core.stopped), key=lambda core: core.name)
 
 
 class ServiceCore:
@@ -74,6 +85,7 @@ class ServiceCore:
         self._settled: list[asyncio.Future[None]] = []  # wait_serving's callers
         # Where the controller hears of a replica spent beyond its restart budget.
         self._state: MeshState = state_of(f"service-{name}-{id(self):x}", name, ())
+        _LIVE.add(self)
 
     # -- building ---------------------------------------------------------------------
 
@@ -531,6 +543,22 @@ class ServiceCore:
     def stats(self) -> list[ReplicaStats]:
         """Every replica's figures, by number."""
         return [self.replicas[i].stats() for i in sorted(self.replicas)]
+
+    def report(self) -> dict[str, Any]:
+        """The service and its replicas as ``actormesh top`` shows them (JSON-ready)."""
+        return {
+            "name": self.name,
+            "class": self.actor_class.__qualname__,
+            "per_replica": dict(self.settings.per_replica),
+            "version": self.version,
+            "paused": self.paused,
+            "pending": len(self.pending),
+            "sessions": len(self.sessions),
+            "replicas": [
+                {**dataclasses.asdict(stats), "mesh": f"{self.name}.{stats.replica}"}
+                for stats in self.stats()
+            ],
+        }
 
     def open_session(self) -> int:
         """A new session id (bound to a replica by its first call)."""

@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument(
         "--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes"
     )
+    top.add_argument(
+        "--services", action="store_true", help="start on the services view (v switches)"
+    )
     _log.add_command(commands)
     _timeline.add_command(commands)
     return parser

@@ -10,6 +10,10 @@ One line per rank: mesh, rank, host, pid, state (idle, running which endpoint an
 long, stopped at a breakpoint, silent, dead), queued messages, calls in flight from the
 controller, errors, restarts, the 50th/99th percentile run time of the endpoint running
 (else the one called most), CPU and resident memory. Enter shows one rank's endpoints.
+
+``v`` switches to the services (``spawn_service``): one line per replica, with its state,
+queue, calls in flight, answered and failed calls, requests per second, restarts, weight
+version and processes; Enter there shows that replica's ranks.
 """
 
 from __future__ import annotations
@@ -45,6 +49,20 @@ COLUMNS = (
     ("cpu", "CPU%", 4, True),
     ("rss", "RSS", 5, True),
 )
+# The services view: one line per replica (79 columns too).
+SERVICE_COLUMNS = (
+    ("service", "SERVICE", 10, False),
+    ("replica", "REP", 3, True),
+    ("state", "STATE", 10, False),
+    ("queued", "Q", 3, True),
+    ("in_flight", "INF", 3, True),
+    ("completed", "DONE", 7, True),
+    ("failed", "FAIL", 4, True),
+    ("rate", "REQ/S", 6, True),
+    ("restarts", "RST", 3, True),
+    ("version", "VER", 4, True),
+    ("pids", "PIDS", 15, False),
+)
 SORTS = ("rank", "state", "cpu", "rss", "queued", "p99", "errors")
 
 HELP = """\
@@ -55,13 +73,16 @@ actormesh top: one line per rank of every mesh of the job
   m          next mesh (filter)    /        filter by mesh name
   Esc        clear the filter      Enter    the selected rank's endpoints
   up/down    select a rank         p        pause / resume refreshing
+  v          ranks / services      Enter    (services) the replica's ranks
 
 STATE   idle | running ENDPOINT TIME | stopped at a breakpoint |
         silent (its process did not answer) | dead
-Q       messages queued for the actor     INF  calls in flight (controller's)
+Q       messages queued for the actor     INF  the controller's calls in it
 ERR     endpoint calls that raised        RST  restarts of its process
 P50/P99 run time of the endpoint running (else the one called most)
 CPU%    of one core, since the last refresh; RSS: resident memory
+Services: one line per replica; DONE/FAIL calls answered/failed,
+        REQ/S answered per second lately, VER its weight version
 
 Press any key to close."""
 
@@ -115,6 +136,24 @@ def cells(mesh: dict[str, Any], row: dict[str, Any]) -> dict[str, str]:
         "p99": _seconds(row["p99"]),
         "cpu": "-" if cpu is None else f"{cpu:.0f}",
         "rss": _bytes(row["rss"]),
+    }
+
+
+def service_cells(service: dict[str, Any], replica: dict[str, Any]) -> dict[str, str]:
+    """The text of each column for one replica of a service."""
+    version = replica["version"]
+    return {
+        "service": service["name"],
+        "replica": str(replica["replica"]),
+        "state": replica["state"],
+        "queued": str(replica["queued"]),
+        "in_flight": str(replica["in_flight"]),
+        "completed": str(replica["completed"]),
+        "failed": str(replica["failed"]),
+        "rate": f"{replica['requests_per_s']:.1f}",
+        "restarts": str(replica["restarts"]),
+        "version": "-" if version is None else str(version),
+        "pids": ",".join(str(pid) for pid in replica["pids"]) or "-",
     }
 
 
@@ -214,20 +253,25 @@ class TopApp(App[None]):
         Binding("slash", "filter", "Filter"),
         Binding("escape", "clear_filter", "Clear", show=False),
         Binding("p", "pause", "Pause"),
+        Binding("v", "view", "View"),
         Binding("enter", "details", "Details", show=False),
     ]
 
-    def __init__(self, client: JobClient, mesh: str | None, interval: float) -> None:
+    def __init__(
+        self, client: JobClient, mesh: str | None, interval: float, services: bool = False
+    ) -> None:
         super().__init__()
         self.client = client
         self.interval = interval
         self.filter = mesh or ""
+        self.services = services  # the services view, else the ranks
         self.sort = "rank"
         self.reverse = False
         self.paused = False
         self.snapshot: dict[str, Any] | None = None
         self.problem = ""
         self._rows: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        self._columns: tuple[tuple[str, str, int, bool], ...] = ()
         self._fetching = False
 
     def compose(self) -> ComposeResult:
@@ -239,11 +283,7 @@ class TopApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        for key, title, width, right in COLUMNS:
-            label = Text(" " + (title.rjust(width) if right else title.ljust(width)))
-            table.add_column(label, key=key, width=width + 1)
-        table.focus()
+        self.query_one(DataTable).focus()
         self.fetch()
         self.set_interval(self.interval, self.fetch)
 
@@ -272,6 +312,10 @@ class TopApp(App[None]):
 
     def _visible(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         rows: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        if self.services:
+            for service in (self.snapshot or {}).get("services", []):
+                rows.extend((service, replica) for replica in service["replicas"])
+            return rows
         for mesh in (self.snapshot or {}).get("meshes", []):
             if self.filter and self.filter not in mesh["name"]:
                 continue
@@ -284,17 +328,27 @@ class TopApp(App[None]):
     def _draw(self) -> None:
         self.query_one("#head", Static).update(self._head())
         table = self.query_one(DataTable)
+        columns = SERVICE_COLUMNS if self.services else COLUMNS
+        if columns is not self._columns:  # the view changed: its own columns
+            table.clear(columns=True)
+            for key, title, width, right in columns:
+                label = Text(" " + (title.rjust(width) if right else title.ljust(width)))
+                table.add_column(label, key=key, width=width + 1)
+            self._columns = columns
         keep = table.cursor_row
         rows = self._visible()
         table.clear()
-        for mesh, row in rows:
-            text = cells(mesh, row)
+        for owner, row in rows:
+            if self.services:
+                text, key = service_cells(owner, row), f"{owner['name']}/{row['replica']}"
+            else:
+                text, key = cells(owner, row), f"{owner['id']}/{row['rank']}"
             table.add_row(
                 *(
-                    Text(" " + (text[key].rjust(width) if right else text[key][:width]))
-                    for key, _, width, right in COLUMNS
+                    Text(" " + (text[name].rjust(width) if right else text[name][:width]))
+                    for name, _, width, right in columns
                 ),
-                key=f"{mesh['id']}/{row['rank']}",
+                key=key,
             )
         self._rows = rows
         if rows:
@@ -311,6 +365,8 @@ class TopApp(App[None]):
             f"job {job['pid']}  up {up // 3600}:{up // 60 % 60:02d}:{up % 60:02d}  {program[:50]}"
         ]
         meshes = snapshot["meshes"]
+        if self.services:
+            return "\n".join([*lines, *self._service_heads(snapshot), self._status()])
         for mesh in meshes[:3]:
             dims = ", ".join(f"{k}={v}" for k, v in zip(mesh["labels"], mesh["sizes"]))
             hosts = ", ".join(mesh["hosts"])
@@ -319,14 +375,37 @@ class TopApp(App[None]):
             lines.append(f"... and {len(meshes) - 3} more meshes (m: next mesh)")
         if not meshes:
             lines.append("no mesh running")
-        status = [f"sort: {self.sort}{' (reversed)' if self.reverse else ''}"]
-        status.append(f"mesh: {self.filter or 'all'}")
+        lines.append(self._status())
+        return "\n".join(lines)
+
+    def _service_heads(self, snapshot: dict[str, Any]) -> list[str]:
+        services = snapshot.get("services", [])
+        lines = []
+        for service in services[:3]:
+            dims = ", ".join(f"{k}={v}" for k, v in service["per_replica"].items())
+            refit = " (refit: paused)" if service["paused"] else ""
+            lines.append(
+                f"{service['name']}: {service['class']} {len(service['replicas'])} x "
+                f"{{{dims}}} version {service['version']}{refit}, {service['pending']} "
+                f"waiting, {service['sessions']} sessions"[:79]
+            )
+        if len(services) > 3:
+            lines.append(f"... and {len(services) - 3} more services")
+        if not services:
+            lines.append("no service running (v: ranks)")
+        return lines
+
+    def _status(self) -> str:
+        if self.services:
+            status = ["view: services"]
+        else:
+            status = [f"sort: {self.sort}{' (reversed)' if self.reverse else ''}"]
+            status.append(f"mesh: {self.filter or 'all'}")
         if self.paused:
             status.append("PAUSED (p resumes)")
         if self.problem:
             status.append(f"! {self.problem}"[:60])
-        lines.append("  ".join(status))
-        return "\n".join(lines)
+        return "  ".join(status)
 
     # -- keys ----------------------------------------------------------------------------
 
@@ -379,11 +458,21 @@ class TopApp(App[None]):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.action_details()
 
+    def action_view(self) -> None:
+        self.services = not self.services
+        self._draw()
+
     def action_details(self) -> None:
         table = self.query_one(DataTable)
-        if 0 <= table.cursor_row < len(self._rows):
-            mesh, row = self._rows[table.cursor_row]
-            self.push_screen(RankScreen(rank_details(mesh, row)))
+        if not 0 <= table.cursor_row < len(self._rows):
+            return
+        owner, row = self._rows[table.cursor_row]
+        if self.services:  # the replica's ranks: its process mesh is <service>.<replica>
+            self.filter = str(row["mesh"])
+            self.services = False
+            self._draw()
+            return
+        self.push_screen(RankScreen(rank_details(owner, row)))
 
 
 def top(args: argparse.Namespace) -> int:
@@ -391,5 +480,5 @@ def top(args: argparse.Namespace) -> int:
     job = find_job(args.job)
     with JobClient(job, timeout=10.0) as client:
         client.request("info")  # fail here, before the screen is taken over
-        TopApp(client, args.mesh, max(0.2, args.interval)).run(mouse=False)
+        TopApp(client, args.mesh, max(0.2, args.interval), args.services).run(mouse=False)
     return 0

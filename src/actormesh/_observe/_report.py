@@ -4,8 +4,10 @@ The meshes are the ones this controller spawned (``track``). For each, the proce
 its ranks are asked what they are doing (an OBSERVE each, see ``_core._snapshot``) and
 the answers are put together with what only the controller knows: which host and pid
 each rank has, how often it was restarted, the calls it has in flight and their round
-trips as this process saw them (``MeshState``). CPU use is the change of a process' CPU
-seconds between two reports, so the first report has none. Runs on the loop thread.
+trips as this process saw them (``MeshState``). The services this controller runs
+(``spawn_service``) come with the report, one entry per replica (``ServiceCore.report``).
+CPU use is the change of a process' CPU seconds between two reports, so the first report
+has none. Runs on the loop thread.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 import time
 from typing import Any
 
-from .._api import MeshRef, MeshState, all_states
+from .._api import MeshRef, MeshState, all_states, live_services
 from .._core import observe, process_usage
 from .._hosts import native_stacks
 from ._stacks import Stacks, rank_stacks
@@ -124,7 +126,8 @@ class Meshes:
                     "ranks": ranks,
                 }
             )
-        return {"job": self.info(), "time": time.time(), "meshes": meshes}
+        services = [core.report() for core in live_services()]
+        return {"job": self.info(), "time": time.time(), "meshes": meshes, "services": services}
 
     async def stacks(
         self,
