@@ -5,6 +5,10 @@ script): ``python -m job_programs PHASE ARGS_JSON`` prints one line of JSON.
   spawn one process per host and an actor in each, and report what the actors say of
   where they run (their worker loop's pid, their host's IP) with the timings.
 - ``kill``: load the cached job and kill it.
+- ``leased``: like ``controller`` for the job's first mesh, after leasing its hosts
+  (``HostMesh.lease``); counters count, then the controller SIGKILLs itself.
+- ``reattach``: a re-run after that: ``state()`` gives the leased job's hosts, ``attach``
+  its counters with their counts; a second controller and a wrong secret are refused.
 """
 
 from __future__ import annotations
@@ -12,12 +16,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import socket
 import struct
+import subprocess
 import sys
 import time
 from typing import Any
 
+import actormesh
 from actormesh.actor import Actor, current_rank, endpoint
 from actormesh.job import JobTrait, ProcessJob, SlurmJob, hosts_from_config, job_load
 
@@ -62,6 +69,23 @@ class Where(Actor):
         }
 
 
+class Counter(Actor):
+    """State that must survive its controller: a count per rank."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @endpoint
+    def add(self, amount: int) -> int:
+        self.count += amount
+        return self.count
+
+    @endpoint
+    def where(self) -> dict[str, int]:
+        """Its pid, its host agent's (the worker loop's session) and its worker loop's."""
+        return {"pid": os.getpid(), "agent": os.getppid(), "loop": _parent(os.getppid())}
+
+
 def _job(args: dict[str, Any]) -> JobTrait:
     if args["kind"] == "slurm":
         return SlurmJob(
@@ -88,6 +112,50 @@ def controller(args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def leased(args: dict[str, Any]) -> dict[str, Any]:
+    job = _job(args)
+    hosts = getattr(job.state(cached_path=args["cache"]), next(iter(args["meshes"])))
+    hosts.lease(args["lease"], keep_alive=args["keep_alive"]).get()
+    counters = hosts.spawn_procs(name="counters").spawn("counter", Counter)
+    for step in range(3):
+        counts = counters.add.call(step + 1).get()  # a "training loop" of three steps
+    print(json.dumps({"counts": sorted(counts.values())}), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # the controller dies, mid-job
+    raise AssertionError("not reached")
+
+
+def reattach(args: dict[str, Any]) -> dict[str, Any]:
+    job = _job(args)
+    hosts = getattr(job.state(cached_path=args["cache"]), next(iter(args["meshes"])))
+    attached_s = time.monotonic() - START
+    leased = actormesh.attach(args["lease"])
+    counters = leased["counter"]
+    counts = sorted(counters.add.call(0).get().values())
+    second = subprocess.run(
+        [sys.executable, "-c", f"import actormesh; actormesh.attach({args['lease']!r})"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    wrong = subprocess.run(
+        [sys.executable, "-c", f"import actormesh; actormesh.attach({args['lease']!r}, "
+         "secret='not-the-secret')"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "ACTORMESH_SECRET"},
+    )  # fmt: skip
+    return {
+        "counts": counts,
+        "same_hosts": hosts is leased.hosts,
+        "where": list(counters.where.call().get().values()),
+        "attach_s": attached_s,
+        "first_answer_s": time.monotonic() - START,
+        "second": second.stderr.strip().splitlines()[-1:],
+        "wrong_secret": wrong.stderr.strip().splitlines()[-1:],
+    }
+
+
 def from_config(args: dict[str, Any]) -> dict[str, Any]:
     """Monarch's hosts_from_config: call its hosts, then exit without shutting down."""
     hosts = hosts_from_config("workers")
@@ -103,5 +171,11 @@ def kill(args: dict[str, Any]) -> dict[str, Any]:
 
 if __name__ == "__main__":
     phase, argument = sys.argv[1:]
-    programs = {"controller": controller, "from_config": from_config, "kill": kill}
+    programs = {
+        "controller": controller,
+        "from_config": from_config,
+        "kill": kill,
+        "leased": leased,
+        "reattach": reattach,
+    }
     print(json.dumps(programs[phase](json.loads(argument))), flush=True)

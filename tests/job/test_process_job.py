@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,9 +19,9 @@ from actormesh.job._sessions import live_in_sessions
 from actormesh.testing import wait_until
 
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.job
-    from tests.job.job_support import run_controller
+    from tests.job.job_support import HERE, run_controller
 else:
-    from job_support import run_controller
+    from job_support import HERE, run_controller
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = Program(REPO / "compat" / "monarch" / "job_process.py", "monarch")
@@ -139,3 +141,50 @@ def test_hosts_from_config_end_with_the_program_that_made_them() -> None:
     assert len(set(loops)) == 2
     # Not a job's hosts: nobody could kill them later, so they die with their program.
     wait_until(lambda: live_in_sessions(loops) == [], 30, "the config's hosts to end")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_leased_hosts_of_a_job_outlive_a_killed_controller_and_a_rerun_gets_them_back(
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / ".monarch" / "job_state.pkl"
+    lease = f"pj-{os.getpid()}"
+    args = {
+        "kind": "process",
+        "meshes": {"trainers": 2},
+        "cache": str(cache),
+        "lease": lease,
+        "keep_alive": 20,
+    }
+    try:
+        died = subprocess.run(
+            [sys.executable, "-m", "job_programs", "leased", json.dumps(args)],
+            capture_output=True, text=True, timeout=150, cwd=HERE,
+        )  # fmt: skip
+        assert died.returncode == -signal.SIGKILL, died.stderr[-3000:]
+        assert json.loads(died.stdout.splitlines()[-1]) == {"counts": [6, 6]}
+        loops = _loop_pids(cache)
+        again = run_controller("reattach", args)
+        # The re-run's state() attached to the leased job: its hosts, the same actors
+        # under the same worker loops, with their counts.
+        assert again["same_hosts"] is True
+        assert again["counts"] == [6, 6]
+        assert sorted(w["loop"] for w in again["where"]) == loops
+        assert "AttachRefusedError" in again["second"][0], again["second"]
+        assert "AuthenticationError" in again["wrong_secret"][0], again["wrong_secret"]
+        print(
+            f"\nleased ProcessJob: re-run's state() after {again['attach_s']:.2f} s, first "
+            f"answer of the attached actors {again['first_answer_s']:.2f} s (from its start)"
+        )
+        # Nobody attached for the lease: the job's processes end, the worker loops stay
+        # and serve the next controller (a plain re-run) at once.
+        leased = {pid for w in again["where"] for pid in (w["pid"], w["agent"])}
+        wait_until(lambda: not leased & set(live_in_sessions(loops)), 60, "the lease to end")
+        assert set(loops) <= set(live_in_sessions(loops))
+        fresh = run_controller("controller", args)
+        assert sorted(w["loop"] for w in fresh["meshes"]["trainers"]) == loops
+    finally:
+        if cache.exists():
+            assert run_controller("kill", {"cache": str(cache)}) == {"active": False}
+    assert live_in_sessions(loops) == []

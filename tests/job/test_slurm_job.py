@@ -13,20 +13,25 @@ installs it) or namespaces cannot be made.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from actormesh.testing import wait_until
+
 if TYPE_CHECKING:  # mypy sees this directory as the package tests.job
-    from tests.job.job_support import controller_error, run_controller
+    from tests.job.job_support import HERE, controller_error, run_controller
 else:
-    from job_support import controller_error, run_controller
+    from job_support import HERE, controller_error, run_controller
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "slurm-cluster"
@@ -139,6 +144,59 @@ def test_a_slurm_job_runs_reattaches_and_is_killed_to_nothing(slurm: Path, tmp_p
             f"re-attach: first answer {second['first_answer_s']:.2f} s "
             f"(attached after {second['attach_s']:.2f} s)"
         )
+    finally:
+        if cache.exists():
+            assert run_controller("kill", {"cache": str(cache)}, env=secret) == {"active": False}
+    assert _queue() == []
+    assert _processes_on_nodes() == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_leased_slurm_hosts_outlive_a_killed_controller_and_a_rerun_gets_them_back(
+    slurm: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / ".monarch" / "job_state.pkl"
+    secret = {**os.environ, "ACTORMESH_SECRET": secrets.token_hex(16)}
+    lease = f"slurm-{os.getpid()}"
+    args = {
+        "kind": "slurm",
+        "meshes": {"trainers": NODES},
+        "port": 29556,
+        "log_dir": str(tmp_path),
+        "cache": str(cache),
+        "lease": lease,
+        "keep_alive": 20,
+    }
+    try:
+        died = subprocess.run(
+            [sys.executable, "-m", "job_programs", "leased", json.dumps(args)],
+            capture_output=True, text=True, timeout=300, cwd=HERE, env=secret,
+        )  # fmt: skip
+        assert died.returncode == -signal.SIGKILL, died.stderr[-3000:]
+        assert json.loads(died.stdout.splitlines()[-1]) == {"counts": [6] * NODES}
+        job_id = _queue()[0].split()[0]
+        again = run_controller("reattach", args, env=secret)
+        # The same allocation and actors, on every node, with their counts.
+        assert _queue() == [f"{job_id} RUNNING"]
+        assert again["same_hosts"] is True
+        assert again["counts"] == [6] * NODES
+        assert "AttachRefusedError" in again["second"][0], again["second"]
+        assert "AuthenticationError" in again["wrong_secret"][0], again["wrong_secret"]
+        print(
+            f"\nleased SlurmJob: re-run's state() after {again['attach_s']:.2f} s, first "
+            f"answer of the attached actors {again['first_answer_s']:.2f} s (from its start)"
+        )
+        # Nobody attached for the lease: its agents and workers end on every node; the
+        # worker loops stay, and a plain re-run is served by them at once.
+        leased = {f"{pid}" for w in again["where"] for pid in (w["pid"], w["agent"])}
+
+        def lease_over() -> bool:
+            return not any(line.split()[1] in leased for line in _processes_on_nodes())
+
+        wait_until(lambda: lease_over(), 90, "the lease to end on every node")
+        fresh = run_controller("controller", args, env=secret)
+        assert len(fresh["meshes"]["trainers"]) == NODES
     finally:
         if cache.exists():
             assert run_controller("kill", {"cache": str(cache)}, env=secret) == {"active": False}

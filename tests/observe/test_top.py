@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
 import shutil
+import signal
 from collections.abc import Iterator
 
 import pytest

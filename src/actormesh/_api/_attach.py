@@ -175,12 +175,13 @@ def attach(
     if mine is not None:  # this process started the job, and runs it still
         _ATTACHED[name] = Job(mine)
         return _ATTACHED[name]
-    created = None
+    created: float | None = None
+    workers: tuple[str, ...] = ()
     if agents is None:
         record = _job_records.load(name)
         addresses = list(record.agents)
         secret = secret or record.secret
-        created = record.created
+        created, workers = record.created, record.workers
     else:
         addresses = [str(address) for address in agents]
         if not addresses:
@@ -216,7 +217,7 @@ def attach(
         raise
     for meshes in job.actor_meshes.values():
         job.failures.extend(meshes._state.unhandled)
-    _job_records.save(name, addresses, secret, job.keep_alive, created)  # (who attached)
+    _job_records.save(name, addresses, secret, job.keep_alive, created, workers)  # (who)
     _ATTACHED[name] = job
     return job
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -33,13 +34,15 @@ from ._bootstrap_command import (
     host_bootstrap,
 )
 from ._future import Future, from_concurrent
-from ._job_records import check_name
-from ._leased_job import LeasedJob, check_free, procs_key, start_lease
+from ._job_records import leased_at
+from ._leased_job import LeasedJob, check_lease, procs_key, start_lease
 from ._proc_mesh import ProcMesh, managed, process_specs
 
 __all__ = ["HostMesh", "attach_to_workers", "host_mesh", "this_host", "this_proc"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("actormesh.jobs")
 
 Env = Mapping[str, str] | Callable[[Point], Mapping[str, str]] | None
 
@@ -219,6 +222,48 @@ class HostMesh(Shaped):
             result.append(dataclasses.replace(spec, env={**spec.env, **host}, command=command))
         return result
 
+    def lease(self, name: str, keep_alive: float) -> Future[None]:
+        """Make these hosts a job named ``name`` that outlives this controller, as
+        ``host_mesh(name=..., keep_alive=...)`` does (docs/leases.md): for host meshes
+        made otherwise, such as the host meshes of ``actormesh.job``'s ``state()``.
+
+        Lease the hosts before spawning on them: the process and actor meshes spawned
+        afterwards are the ones ``actormesh.attach(name)`` gives back. A later
+        ``attach_to_workers`` (and so a re-run's ``job.state()``) that dials the same
+        worker loops attaches to the job instead of waiting for the loops.
+
+        Raises:
+            TypeError: ``name`` is not a str.
+            ValueError: ``keep_alive`` is not a positive number; ``name`` is not a job
+                name, or a running job's; the mesh is ``this_host()``, a slice, leased
+                already, or has processes spawned on it.
+        """
+        check_lease(name, keep_alive)
+        hosts = self._hosts
+        links = hosts.links
+        if any(link is None for link in links):
+            raise ValueError("this_host() cannot be leased: its processes are this one's")
+        if len(self._shape.ranks) != len(links):
+            raise ValueError("lease the whole host mesh, not a slice of it")
+        if hosts.job is not None:
+            raise ValueError(f"these hosts are leased already, as job {hosts.job.name!r}")
+        if hosts.stopped:
+            raise ValueError("these hosts are shut down")
+        if hosts.procs:
+            raise ValueError(
+                "lease the hosts before spawning processes on them (the meshes spawned "
+                "since the lease are the ones attach() gives back)"
+            )
+        runtime = Runtime.get()
+        agents = [link for link in links if link is not None]
+        workers = getattr(hosts.allocator, "workers", ())
+
+        async def start() -> None:
+            hosts.job = await start_lease(runtime, name, float(keep_alive), agents, workers)
+            hosts.job.note_hosts(self)
+
+        return from_concurrent(runtime, runtime.submit(start()))
+
     def shutdown(self) -> Future[None]:
         """End the host agents of this mesh, and with them every process they started.
 
@@ -334,7 +379,13 @@ def this_proc() -> ProcMesh:
 
 
 class _Attached:
-    """The "allocator" of hosts this process attached to: it only lets them go."""
+    """The "allocator" of hosts this process attached to: it only lets them go.
+
+    ``workers``: the worker loops' addresses, when the hosts came from them.
+    """
+
+    def __init__(self, workers: Sequence[str] = ()) -> None:
+        self.workers = tuple(workers)
 
     async def stop_hosts(self, runtime: Runtime, links: Sequence[AgentLink], grace: float) -> None:
         for link in links:
@@ -358,6 +409,11 @@ def attach_to_workers(
     ``Config.spawn_timeout``), and the agents become this mesh's hosts, dimension
     ``hosts``. ``shutdown()`` ends them.
 
+    Worker loops whose hosts are held by a leased job (``HostMesh.lease``, started by
+    an earlier controller from these very addresses) serve that job, not a new owner:
+    this attaches to the job instead (``actormesh.attach``) and returns its host mesh,
+    whose process and actor meshes ``actormesh.attach(name)`` gives back.
+
     Both sides prove the job's secret (``ACTORMESH_SECRET``, set on both). With
     ``ca="trust_all_connections"`` and no secret given to this controller, the workers
     are attached unauthenticated (they were started with the same ``ca``) and are handed
@@ -376,6 +432,9 @@ def attach_to_workers(
     _supervision.install(runtime)
     addresses = [w.get() if isinstance(w, Future) else w for w in workers]
     dials = [parse_worker_address(a).dial.address for a in addresses]
+    leased = _leased_hosts(addresses)
+    if leased is not None:
+        return leased
     trust_all = ca == "trust_all_connections" and runtime.config.secret is None
     timeout = runtime.config.spawn_timeout
 
@@ -392,10 +451,25 @@ def attach_to_workers(
             )
         )
         shape = Shape.from_dims(("hosts",), (len(links),))
-        return HostMesh(_Hosts(list(links), _Attached()), shape)
+        return HostMesh(_Hosts(list(links), _Attached(addresses)), shape)
 
     result: HostMesh = runtime.submit(attach()).result(timeout * 2 + 30)
     return result
+
+
+def _leased_hosts(workers: list[str]) -> HostMesh | None:
+    """The host mesh of the leased job that holds these worker loops, attached to; None
+    when no running job does (a record left by a job that ended is dropped)."""
+    record = leased_at(workers)
+    if record is None:
+        return None
+    from ._attach import attach  # (_attach builds host meshes: imported when needed)
+
+    try:
+        return attach(record.name).hosts
+    except LookupError:  # its lease ran out, or it was killed: the loops are free
+        log.info("the leased job %r of these worker loops is gone", record.name)
+        return None
 
 
 def host_mesh(
@@ -436,14 +510,7 @@ def host_mesh(
     if isinstance(hosts, bool) or not isinstance(hosts, int) or hosts < 1:
         raise ValueError(f"hosts must be a positive int, not {hosts!r}")
     if keep_alive is not None:
-        if isinstance(keep_alive, bool) or not isinstance(keep_alive, int | float):
-            raise ValueError(f"keep_alive must be a number of seconds, not {keep_alive!r}")
-        if not keep_alive > 0:
-            raise ValueError(f"keep_alive must be positive, not {keep_alive!r}")
-        if name is None:
-            raise ValueError("keep_alive needs a name= for the job: it is attached by name")
-        check_name(name)
-        check_free(name)
+        check_lease(name, keep_alive)
     runtime = Runtime.get()
     _supervision.install(runtime)
 

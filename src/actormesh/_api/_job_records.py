@@ -22,7 +22,16 @@ from pathlib import Path
 
 from .._config import Config
 
-__all__ = ["JobRecord", "check_name", "jobs_dir", "load", "records", "remove", "save"]
+__all__ = [
+    "JobRecord",
+    "check_name",
+    "jobs_dir",
+    "leased_at",
+    "load",
+    "records",
+    "remove",
+    "save",
+]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -39,6 +48,8 @@ class JobRecord:
         created: when the job started (seconds since the epoch).
         host: the host of the controller that wrote the record last.
         pid: that controller's pid.
+        workers: the worker loops the hosts came from (``attach_to_workers``), if any:
+            a controller that dials those loops again is sent to this job instead.
     """
 
     name: str
@@ -48,6 +59,7 @@ class JobRecord:
     created: float
     host: str
     pid: int
+    workers: tuple[str, ...] = ()
 
 
 def check_name(name: object) -> str:
@@ -77,7 +89,12 @@ def jobs_dir(config: Config | None = None) -> Path:
 
 
 def save(
-    name: str, agents: list[str], secret: str, keep_alive: float, created: float | None = None
+    name: str,
+    agents: list[str],
+    secret: str,
+    keep_alive: float,
+    created: float | None = None,
+    workers: tuple[str, ...] = (),
 ) -> JobRecord:
     """Write the record of job ``name`` (replacing any), readable by this user only."""
     record = JobRecord(
@@ -88,6 +105,7 @@ def save(
         time.time() if created is None else created,
         socket.gethostname(),
         os.getpid(),
+        tuple(workers),
     )
     folder = jobs_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -117,6 +135,7 @@ def load(name: str) -> JobRecord:
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not a job record: {error}") from None
     data["agents"] = tuple(data["agents"])
+    data["workers"] = tuple(data.get("workers", ()))
     return JobRecord(**data)
 
 
@@ -124,6 +143,12 @@ def remove(name: str) -> None:
     """Forget job ``name`` (nothing happens if there is no record)."""
     with contextlib.suppress(FileNotFoundError):
         (jobs_dir() / f"{check_name(name)}.json").unlink()
+
+
+def leased_at(workers: list[str]) -> JobRecord | None:
+    """The record of the leased job whose hosts came from exactly these worker loops."""
+    wanted = tuple(workers)
+    return next((record for record in records() if record.workers == wanted), None)
 
 
 def records() -> list[JobRecord]:

@@ -26,7 +26,16 @@ if TYPE_CHECKING:
     from ._host_mesh import HostMesh
     from ._proc_mesh import ProcMesh
 
-__all__ = ["LeasedJob", "actors_key", "check_free", "held", "hold", "procs_key", "start_lease"]
+__all__ = [
+    "LeasedJob",
+    "actors_key",
+    "check_free",
+    "check_lease",
+    "held",
+    "hold",
+    "procs_key",
+    "start_lease",
+]
 
 log = logging.getLogger("actormesh.jobs")
 
@@ -223,11 +232,32 @@ def held(name: str) -> LeasedJob | None:
 
 
 async def start_lease(
-    runtime: Runtime, name: str, keep_alive: float, links: list[AgentLink]
+    runtime: Runtime,
+    name: str,
+    keep_alive: float,
+    links: list[AgentLink],
+    workers: tuple[str, ...] = (),
 ) -> LeasedJob:
     """Give each agent of ``links`` a lease of ``keep_alive`` seconds, and write the job's
-    record (loop thread)."""
+    record (loop thread); ``workers``: the worker loops the agents serve, if any."""
     addresses = [await link.lease(name, keep_alive) for link in links]
     job = LeasedJob(name, keep_alive, links, addresses)
-    _job_records.save(name, addresses, runtime.secret, keep_alive)
+    _job_records.save(name, addresses, runtime.secret, keep_alive, workers=workers)
     return job
+
+
+def check_lease(name: object, keep_alive: object) -> None:
+    """Refuse a lease that cannot be: a ``keep_alive`` that is not a positive number of
+    seconds, a missing or bad job ``name``, or the name of a job that runs.
+
+    Raises:
+        TypeError: ``name`` is not a str.
+        ValueError: any other of the above.
+    """
+    if isinstance(keep_alive, bool) or not isinstance(keep_alive, int | float):
+        raise ValueError(f"keep_alive must be a number of seconds, not {keep_alive!r}")
+    if not keep_alive > 0:
+        raise ValueError(f"keep_alive must be positive, not {keep_alive!r}")
+    if name is None:
+        raise ValueError("keep_alive needs a name= for the job: it is attached by name")
+    check_free(_job_records.check_name(name))
