@@ -129,9 +129,9 @@ MAPPED_MODULES: dict[str, str] = {
 # Monarch 0.7.0 (``monarch._src.actor.host_mesh.this_host is monarch.actor.this_host``,
 # checked with torchmonarch 0.7.0): they map to actormesh's public name. BootstrapCommand
 # is not in monarch.actor, but it is the class of what its default_bootstrap_cmd() returns,
-# and actormesh.actor has it. (SupervisionError, what Monarch raises when a call reaches a
-# mesh whose actors failed, is not mapped: actormesh raises ActorDiedError or
-# MeshStoppedError there; docs/from-monarch.md gives what mapping it would measure.)
+# and actormesh.actor has it. SupervisionError, what Monarch raises when a call reaches a
+# mesh whose actors failed, is actormesh.SupervisionError, the base of the ActorDiedError
+# and MeshStoppedError that actormesh raises there.
 # A value with a dot names a public module's object instead of monarch.actor's
 # ("job.JobTrait": monarch.job.JobTrait, actormesh.job.JobTrait). monarch._src.job.job's
 # JobState is the one exception to "is": Monarch 0.7 has two classes of that name, and
@@ -157,6 +157,9 @@ ALIASES: dict[tuple[str, str], str] = {
     ("monarch._rust_bindings.monarch_hyperactor.proc", "ProcId"): "ProcId",
     ("monarch._rust_bindings.monarch_hyperactor.proc", "Uid"): "Uid",
     ("monarch._rust_bindings.monarch_hyperactor.supervision", "MeshFailure"): "MeshFailure",
+    ("monarch._rust_bindings.monarch_hyperactor.supervision", "SupervisionError"): (
+        "SupervisionError"
+    ),
     ("monarch._src.actor.actor_mesh", "Actor"): "Actor",
     ("monarch._src.actor.actor_mesh", "ActorError"): "ActorError",
     ("monarch._src.actor.actor_mesh", "Channel"): "Channel",

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from ._exceptions import ActorClassError as ActorClassError
     from ._exceptions import ActorDiedError as ActorDiedError
     from ._exceptions import ActorError as ActorError
+    from ._exceptions import ActorFailedError as ActorFailedError
     from ._exceptions import ActorInitError as ActorInitError
     from ._exceptions import ActorMeshError as ActorMeshError
     from ._exceptions import CallTimeoutError as CallTimeoutError
@@ -93,6 +94,7 @@ __all__ = [
     "ActorClassError",
     "ActorDiedError",
     "ActorError",
+    "ActorFailedError",
     "ActorInitError",
     "ActorMesh",
     "ActorMeshError",
@@ -170,6 +172,7 @@ _WHERE: dict[str, str] = {
     "ActorClassError": "._exceptions",
     "ActorDiedError": "._exceptions",
     "ActorError": "._exceptions",
+    "ActorFailedError": "._exceptions",
     "ActorInitError": "._exceptions",
     "ActorMesh": "._api._actor_mesh",
     "ActorMeshError": "._exceptions",

@@ -77,6 +77,13 @@ def endpoint_named(name: str) -> str:
     return f"endpoint '{name}'"
 
 
+def endpoint_call(mesh: str, name: str) -> str:
+    """``Endpoint call mesh.name()``, as Monarch's errors begin (the runtime's own
+    endpoint shows as ``run_in_actors``)."""
+    shown = "run_in_actors" if name == SYSTEM_ENDPOINT else name
+    return f"Endpoint call {mesh}.{shown}()"
+
+
 class ActorMeshError(Exception):
     """Base class of every error raised by actormesh."""
 
@@ -217,7 +224,24 @@ class ActorInitError(ActorError):
         return f"__init__ of mesh '{self.mesh}' at {{{coords}}}"
 
 
-class ActorDiedError(ActorMeshError, RuntimeError):
+class SupervisionError(ActorMeshError, RuntimeError):
+    """A failure of an owned mesh that no ``__supervise__`` hook handled; also the base
+    of the errors of calls that reach actors that are gone (`ActorDiedError`,
+    `MeshStoppedError`), as Monarch raises its ``SupervisionError`` for those calls.
+
+    Attributes:
+        failure: the failure record (mesh, ranks, cause).
+    """
+
+    def __init__(self, message: str, failure: Any = None) -> None:
+        super().__init__(message)
+        self.failure = failure
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_kw, (type(self), self.args, self.__dict__))
+
+
+class ActorDiedError(SupervisionError):
     """The process hosting an actor died, or the connection to it broke.
 
     Attributes:
@@ -244,7 +268,31 @@ class ActorDiedError(ActorMeshError, RuntimeError):
         return (_rebuild_kw, (type(self), self.args, self.__dict__))
 
 
-class MeshStoppedError(ActorMeshError, RuntimeError):
+class ActorFailedError(ActorError, SupervisionError):
+    """A call whose endpoint raised in a way that ends its actor, as in Monarch: a
+    ``BaseException`` that is not an ``Exception`` (``SystemExit``, an application's
+    fatal error), an exception escaping an ``explicit_response_port`` endpoint instead of
+    going through its port, or ``abort()``. The actor is dropped; its spawner's
+    supervision hears of it, and later calls fail with `ActorDiedError`.
+
+    An `ActorError` (``cause``, ``remote_traceback``...) and a `SupervisionError`, which
+    is what Monarch raises for such a call.
+    """
+
+    def __str__(self) -> str:
+        coords = ", ".join(f"{k}={v}" for k, v in self.point.items())
+        return (
+            f"{endpoint_call(self.mesh, self.endpoint)} failed, The actor {self.mesh}"
+            f"{{{coords}}} and all its descendants have failed: "
+            + super().__str__().removeprefix(f"Actor call {self.mesh}.{self.endpoint} failed.\n ")
+        )
+
+
+class ActorAborted(BaseException):
+    """Raised by ``context().actor_instance.abort(reason)`` to end its actor."""
+
+
+class MeshStoppedError(SupervisionError):
     """The mesh was stopped: pending calls fail with this and new calls are refused."""
 
 
@@ -333,21 +381,6 @@ class ServiceUnavailableError(ActorMeshError, RuntimeError):
     budget, or the service was stopped."""
 
 
-class SupervisionError(ActorMeshError, RuntimeError):
-    """A failure of an owned mesh that no ``__supervise__`` hook handled.
-
-    Attributes:
-        failure: the failure record (mesh, ranks, cause).
-    """
-
-    def __init__(self, message: str, failure: Any = None) -> None:
-        super().__init__(message)
-        self.failure = failure
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_kw, (type(self), self.args, self.__dict__))
-
-
 _COMBINED: dict[tuple[type, type], type] = {}
 
 
@@ -407,5 +440,6 @@ for _cls in (
     ReplicaFailedError,
     ServiceUnavailableError,
     SupervisionError,
+    ActorFailedError,
 ):
     _cls.__module__ = "actormesh"

@@ -737,3 +737,24 @@ class Nests(Actor):
     @endpoint
     def kill_nested(self) -> None:
         os.kill(self.nested.pid.call_one().get(timeout=30), 9)
+
+
+class EndsItself(Actor):
+    """Three ways an endpoint ends its actor in Monarch: a ``BaseException``, an exception
+    escaping an explicit-response-port endpoint, and ``abort``."""
+
+    @endpoint
+    def fatal(self) -> None:
+        raise _Fatal()
+
+    @endpoint(explicit_response_port=True)
+    def raises_past_its_port(self, port: Port[None]) -> None:
+        raise ValueError("raised instead of sent")
+
+    @endpoint
+    def abort(self, reason: str | None = None) -> None:
+        context().actor_instance.abort(reason)
+
+    @endpoint
+    def ping(self) -> str:
+        return "pong"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import actormesh.actor
-from actormesh import ActorDiedError, SupervisionError
+from actormesh import ActorDiedError, ActorFailedError, SupervisionError
 from actormesh.actor import ActorError, MeshFailure, ProcMesh, this_host, unhandled_fault_hook
 from actormesh.testing import wait_until
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # mypy sees this directory as the package tests.monarch
         BackloggedOwner,
         DiesOfABaseException,
         Echo,
+        EndsItself,
         Nests,
         Parent,
         Victim,
@@ -36,6 +37,7 @@ else:
         BackloggedOwner,
         DiesOfABaseException,
         Echo,
+        EndsItself,
         Nests,
         Parent,
         Victim,
@@ -366,3 +368,60 @@ def test_a_failure_passed_up_names_the_actor_that_failed_first(
     )
     assert report.startswith(f"The actor {nested} and all its descendants have failed:\n"), report
     assert re.search(why, report, re.DOTALL), report
+
+
+@pytest.fixture
+def ends_itself() -> Iterator[tuple[EndsItself, list[MeshFailure]]]:
+    failures: list[MeshFailure] = []
+    previous = actormesh.actor.unhandled_fault_hook
+    actormesh.actor.unhandled_fault_hook = failures.append  # type: ignore[assignment]
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        yield procs.spawn("ender", EndsItself), failures
+    finally:
+        actormesh.actor.unhandled_fault_hook = previous
+        procs.stop().get(timeout=30)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("how", "cause"),
+    [
+        ("fatal", "_Fatal"),
+        ("raises_past_its_port", "ValueError: raised instead of sent"),
+        ("abort", "no reason provided"),
+    ],
+)
+def test_an_endpoint_that_ends_its_actor_fails_its_call_with_a_supervision_error(
+    ends_itself: tuple[EndsItself, list[MeshFailure]], how: str, cause: str
+) -> None:
+    # As Monarch: the call itself raises SupervisionError ("The actor ... and all its
+    # descendants have failed"), here also an ActorError with the cause; the actor is
+    # dropped, its spawner's hook hears of it, and later calls fail as to a dead actor.
+    actor, failures = ends_itself
+    with pytest.raises(ActorFailedError) as raised:
+        getattr(actor, how).call_one().get(timeout=30)
+    error = raised.value
+    assert isinstance(error, SupervisionError) and isinstance(error, ActorError)
+    assert re.search(r"^Endpoint call ender\.\w+\(\) failed, The actor ender\{gpus=0\} and "
+                     "all its descendants have failed: ", str(error)), str(error)  # fmt: skip
+    assert cause in str(error)
+    wait_until(lambda: any(f.mesh_name == "ender" for f in failures), 30, "the fault hook")
+    report = next(f for f in failures if f.mesh_name == "ender").report()
+    assert "EndsItself ender" in report and cause.split(":")[0] in report, report
+    with pytest.raises(ActorDiedError, match=r"The actor ender\{gpus=0\} and all its descend"):
+        actor.ping.call_one().get(timeout=30)
+
+
+@pytest.mark.timeout(60)
+def test_a_call_to_an_actor_whose_process_died_names_it_in_monarchs_words(
+    crash: Crash,
+) -> None:
+    # A SupervisionError (Monarch's class for it) that is an ActorDiedError (actormesh's).
+    assert isinstance(crash.error, ActorDiedError) and isinstance(crash.error, SupervisionError)
+    assert re.match(
+        r"Endpoint call victim\.die\(\) failed, The actor <root>\.<\S*Victim "
+        r"victim\{'gpus': 1/3\}> and all its descendants have failed: actor \{gpus=1\} of "
+        r"mesh 'victim' died before answering endpoint 'die': .*exited with code 7",
+        str(crash.error),
+    ), str(crash.error)

@@ -31,6 +31,7 @@ from .._exceptions import (
     ActorError,
     CallTimeoutError,
     MeshStoppedError,
+    endpoint_call,
     endpoint_named,
 )
 from .._hosts import Runtime
@@ -39,6 +40,8 @@ from .._shape import ValueMesh
 from ._actor import point_of
 from ._choose import WhenFull, check_limits, keyed, submit
 from ._future import Future, resolved
+from ._mesh_state import stopped_event
+from ._supervision import actor_name
 from ._timeouts import INSPECT_WAIT, Inspection, timeout_error
 
 if TYPE_CHECKING:
@@ -276,14 +279,18 @@ class _Request:
                 rank,
                 MeshStoppedError(
                     f"actor mesh '{self.ref.name}' was stopped{self.state.stop_reason} before "
-                    f"actor {point} answered {endpoint_named(self.endpoint)}"
+                    f"actor {point} answered {endpoint_named(self.endpoint)} "
+                    f"({stopped_event(self.state)})"
                 ),
             )
             return
         self.state.dead.setdefault(rank, reason)
+        # Monarch's words first (programs match on them), then which actor and why.
+        who = actor_name(self.state, rank) or f"{self.ref.name}{point}"
         error = ActorDiedError(
-            f"actor {point} of mesh '{self.ref.name}' died before answering "
-            f"{endpoint_named(self.endpoint)}: {reason}",
+            f"{endpoint_call(self.ref.name, self.endpoint)} failed, The actor {who} and all "
+            f"its descendants have failed: actor {point} of mesh '{self.ref.name}' died "
+            f"before answering {endpoint_named(self.endpoint)}: {reason}",
             reason=reason,
             ranks=(rank,),
         )

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import contextvars
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from .._core import CURRENT_MESSAGE, CoreRuntime
+from .._exceptions import ActorAborted
 from .._shape import Point, Shape
 
 __all__ = [
@@ -143,6 +144,17 @@ class Instance:
         return qualified_name(self)
 
     __str__ = __repr__
+
+    def abort(self, reason: str | None = None) -> NoReturn:
+        """End this actor now, from one of its endpoints (Monarch's
+        ``actor_instance.abort``): the call fails with `ActorFailedError`, the actor is
+        dropped, and its spawner's supervision gets a failure that gives ``reason`` (by
+        default "no reason provided").
+
+        Raises:
+            ActorAborted: always (a ``BaseException``: let it through).
+        """
+        raise ActorAborted(reason if reason is not None else "no reason provided")
 
     def as_creator(self) -> Creator:
         """This actor as the creator of the actors it spawns."""

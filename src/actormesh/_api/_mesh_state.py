@@ -90,6 +90,11 @@ class _RankStats:
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
 
 
+def stopped_event(state: MeshState) -> str:
+    """How Monarch words a call to a stopped mesh, for programs that match on it."""
+    return f"Supervision event: actor {state.name} has status: stopped"
+
+
 class MeshState:
     """Process-local facts about one mesh id (see the module docstring)."""
 
@@ -145,7 +150,9 @@ class MeshState:
                 if error is not None:
                     raise error
         if self.stopped:
-            raise MeshStoppedError(f"actor mesh '{self.name}' was stopped{self.stop_reason}")
+            raise MeshStoppedError(
+                f"actor mesh '{self.name}' was stopped{self.stop_reason} ({stopped_event(self)})"
+            )
         if not self.unhandled:
             return
         for failure in self.unhandled:

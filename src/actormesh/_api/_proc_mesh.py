@@ -128,7 +128,10 @@ class ProcMesh(Shaped):
         a slice without them serves on.
         """
         if self._processes.stopped:
-            raise MeshStoppedError(f"process mesh '{self._processes.name}' was stopped")
+            raise MeshStoppedError(
+                f"process mesh '{self._processes.name}' was stopped (`ProcMesh` has already "
+                "been stopped)"
+            )
         if not isinstance(name, str) or not name:
             raise TypeError(f"spawn needs a mesh name (a non-empty str) first, got {name!r}")
         if not (isinstance(actor_class, type) and issubclass(actor_class, Actor)):

@@ -8,7 +8,7 @@ import pickle
 import traceback
 from typing import Any
 
-from .._exceptions import ActorError, ActorInitError
+from .._exceptions import ActorError, ActorFailedError, ActorInitError
 from ._serialization import dumps
 
 __all__ = ["error_from_payload", "error_payload", "raised_error", "rebuilt_exception"]
@@ -23,11 +23,13 @@ def error_payload(
     init: bool = False,
     as_sent: bool = False,
     rebuild: bool = True,
+    ends_actor: bool = False,
 ) -> bytes:
     """Describe an exception raised in an actor so the caller can rebuild it.
 
     ``as_sent``: the error was sent on purpose (``port.exception(e)``): the caller raises
-    the exception itself, not an ``ActorError`` around it. ``rebuild``: an exception that
+    the exception itself, not an ``ActorError`` around it. ``ends_actor``: the failure
+    ends the actor (the caller raises an ``ActorFailedError``). ``rebuild``: an exception that
     does not unpickle as it is may be sent as its parts (see ``_exception_bytes``); the
     RPC layer says no, as torch raises a ``RuntimeError`` for those.
 
@@ -50,6 +52,7 @@ def error_payload(
         "endpoint": endpoint,
         "init": init,
         "as_sent": as_sent,
+        "ends_actor": ends_actor,
     }
     return pickle.dumps(record, 5)
 
@@ -136,7 +139,9 @@ def error_from_payload(data: Any) -> ActorError:
             cause = pickle.loads(record["exc"])
         except Exception as error:
             message += f" [the exception could not be unpickled here: {error!r}]"
-    base = ActorInitError if record["init"] else ActorError
+    base: type[ActorError] = ActorInitError if record["init"] else ActorError
+    if record.get("ends_actor"):
+        base = ActorFailedError
     rebuilt = base.wrap(
         cause,
         cause_type=record["type"],

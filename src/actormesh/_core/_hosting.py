@@ -167,18 +167,28 @@ class _Delivery:
         if self.answered:
             return
         self.answered = True
+        # As in Monarch, a BaseException ends the actor, and so does an exception that
+        # escapes an endpoint which said it answers through its response port.
+        ends = not as_sent and (
+            self.deferred or not isinstance(error, (Exception, asyncio.CancelledError))
+        )
         payload = error_payload(
-            error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint, as_sent=as_sent
+            error,
+            mesh=self.mesh_name,
+            point=self.point,
+            endpoint=self.endpoint,
+            as_sent=as_sent,
+            ends_actor=ends,
         )
         unanswered = self.req_id == 0 and self.port is None
         if not unanswered:
             self._answer(False, [payload])
-            if isinstance(error, (Exception, asyncio.CancelledError)):
+            if not ends:
                 return
-        # Nobody waits for this answer, or the endpoint raised a BaseException (which
-        # ends an actor in Monarch): the failure goes to whoever spawned the mesh (not to
-        # the sender, who may only hold a reference to it), and the actor is dropped, as
-        # Monarch drops it: no further message runs, and its __cleanup__ gets the error.
+        # Nobody waits for this answer, or the failure ends the actor: the failure goes to
+        # whoever spawned the mesh (not to the sender, who may only hold a reference to
+        # it), and the actor is dropped, as Monarch drops it: no further message runs, and
+        # its __cleanup__ gets the error.
         # Without a known spawner (an actor hosted by host()), the sender hears of it.
         self.hosted.mailbox.halt()
         told = self.host.escalate(self.mesh_id, self.rank, self.endpoint, payload)
@@ -535,8 +545,9 @@ class Hosting:
             # A dropped actor is gone as a dead one is: later calls fail with its death.
             point = "{" + ", ".join(f"{k}={v}" for k, v in hosted.point.items()) + "}"
             gone = ActorDiedError(
-                f"actor {point} of mesh '{hosted.mesh_name}' was dropped after it failed: "
-                f"{type(error).__name__}: {error}",
+                f"The actor {hosted.mesh_name}{point} and all its descendants have failed "
+                f"(actor {point} of mesh '{hosted.mesh_name}' was dropped after it failed: "
+                f"{type(error).__name__}: {error})",
                 reason=f"dropped: {error}",
                 ranks=(rank,),
             )

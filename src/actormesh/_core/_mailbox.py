@@ -671,7 +671,9 @@ class Mailbox:
             dropped, self._queue = self._queue, deque()
             self._urgent.clear()  # supervision events of an actor that is going: dropped
             host = self._host  # (None while it is built: ``_construct`` closes it then)
-        why = "the actor's mesh was stopped" if error is None else f"the actor failed: {error}"
+        why = "the actor's mesh was stopped"
+        if error is not None:  # in Monarch's words (programs match on them), then ours
+            why = f"The {self._name} and all its descendants have failed: {error}"
         for message in dropped:
             message.abandon(MeshStoppedError(why))
         self._jobs.put((self._finish, host, error, done))
