@@ -150,7 +150,9 @@ class _Delivery:
         try:
             payload, buffers = dumps(value)
             if RECORDER.on or _otel.ACTIVE:
-                self.reply_bytes = len(payload) + sum(b.raw().nbytes for b in buffers)
+                self.reply_bytes = len(payload)
+                if buffers:  # most answers have none: no generator made for them
+                    self.reply_bytes += sum(b.raw().nbytes for b in buffers)
             max_bytes = self.host.config.max_message_bytes
             if len(payload) > max_bytes or buffers:
                 what = f"the value returned by {endpoint_named(self.endpoint)}"
