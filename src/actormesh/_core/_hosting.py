@@ -233,7 +233,7 @@ class _Delivery:
             with contextlib.suppress(TransportClosed, OSError, ActorDiedError):
                 self.host.links.connection(address).send([header, *parts])
             return
-        parts = [hdr.encode(hdr.Reply(self.req_id, self.rank, ok)), *parts]
+        parts = [hdr.encode_reply(self.req_id, self.rank, ok), *parts]
         # On the caller's reply route if it has one; else, or if that route has closed,
         # on the connection the call came in on (the caller's runtime reads that one).
         route = self.reply_conn

@@ -403,7 +403,7 @@ class Mailbox:
         def done(task: asyncio.Task[bool]) -> None:
             self.concurrent.pop(message, None)
             ok = not task.cancelled() and task.exception() is None and task.result()
-            self._record(message, started, ok, "concurrent")
+            self._ran(message, ok, "concurrent", started)
 
         task.add_done_callback(done)
 
@@ -497,18 +497,18 @@ class Mailbox:
                 return message, kind, args
         return taken
 
-    def _ran(self, message: Message, ok: bool | None, kind: str) -> None:
-        """``message`` (the one-at-a-time one, a ``kind`` endpoint: "def" or "async") is
-        over; ``ok`` None: counted elsewhere."""
-        self.current = None
-        if ok is not None:
-            self._record(message, self.since, ok, kind)
-
-    def _record(self, message: Message, started: float, ok: bool, kind: str) -> None:
-        """Count ``message``, run from ``started`` until now, in the endpoint stats and the
-        timeline, whichever are kept (one clock read for both; nothing when neither)."""
+    def _ran(
+        self, message: Message, ok: bool | None, kind: str, started: float | None = None
+    ) -> None:
+        """``message``, a ``kind`` endpoint ("def", "async" or "concurrent"), is over:
+        count it in the endpoint stats and the timeline, whichever are kept (one clock read
+        for both; nothing when neither). ``started`` None: it is the one-at-a-time message,
+        started at ``since``. ``ok`` None: counted elsewhere (when its task ends)."""
+        if started is None:
+            self.current = None
+            started = self.since
         stats = self.stats
-        if stats is None and not RECORDER.on:
+        if ok is None or (stats is None and not RECORDER.on):
             return
         ended = time.monotonic()
         if stats is not None:
