@@ -12,8 +12,10 @@ until it asks.
 
 Cost per message when on: a clock read when it arrives and a tuple appended to a deque
 when it ends (the run's start and end times are the ones the endpoint counts read
-anyway). Times are ``time.monotonic()``; an answer carries the offset to the wall clock,
-so spans of several processes (and hosts) line up.
+anyway: the mailbox reads the clock once for both); about 60 bytecodes on each side
+(``python -m bench.callcount`` with and without ``ACTORMESH_TIMELINE_SPANS=0``). Times
+are ``time.monotonic()``; an answer carries the offset to the wall clock, so spans of
+several processes (and hosts) line up.
 """
 
 from __future__ import annotations
