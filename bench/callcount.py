@@ -19,7 +19,10 @@ To compare two commits, run this script of one tree against the other tree's pac
     PYTHONPATH=/path/to/other/checkout/src python -m bench.callcount
 
 from this repository's root (the workers get the same ``PYTHONPATH``, and find
-``bench`` in their working directory, which is the controller's).
+``bench`` in their working directory, which is the controller's). Build the other
+tree's compiled extensions in place first (``python setup.py build_ext --inplace``
+there): without them it runs, and is counted, on the pure-Python path (the first line
+printed says which).
 ``--top N`` lists the N functions with the most per call on each side.
 ``bench/tests/test_callcount.py`` runs a small form.
 """
@@ -214,9 +217,14 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--calls must be at least 1")
     os.environ["ACTORMESH_REPLY_SPIN"] = "0"  # read when the runtime starts, below
     import actormesh
+    from actormesh._core import _dispatch
 
     results = asyncio.run(measure(args.calls, args.what))
-    print(f"actormesh from {Path(actormesh.__file__).parent}, {args.calls} calls per row\n")
+    path = "compiled" if getattr(_dispatch, "COMPILED", False) else "pure-Python"
+    print(
+        f"actormesh from {Path(actormesh.__file__).parent} ({path} dispatch), "
+        f"{args.calls} calls per row\n"
+    )
     print(table(results, args.what))
     for name, r in results.items() if args.top else ():
         for side in ("controller", "workers"):
