@@ -60,6 +60,18 @@ def test_decode_then_read_gives_back_the_header(header: Any) -> None:
     assert read == header and type(read) is type(header)
 
 
+@pytest.mark.parametrize("ok", [True, False])
+def test_encode_reply_is_encode_of_a_reply(ok: bool) -> None:
+    # The answers' shortcut must stay byte for byte what ``encode`` makes of the class.
+    assert headers.encode_reply(12, 3, ok) == headers.encode(headers.Reply(12, 3, ok))
+
+
+def test_read_gives_the_kinds_class_with_every_field_named() -> None:
+    call = headers.read(headers.Call, (headers.CALL, 1, "m", (0,), "ep", "t", None, None, "tp"))
+    assert type(call) is headers.Call
+    assert (call.req_id, call.endpoint, call.token, call.trace) == (1, "ep", "t", "tp")
+
+
 def test_a_call_without_its_optional_fields_still_has_them_on_the_wire() -> None:
     wire = headers.decode(headers.encode(headers.Call(1, "m", (0,), "ep")))
     assert wire == (headers.CALL, 1, "m", (0,), "ep", None, None, None, None)

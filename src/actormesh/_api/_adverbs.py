@@ -64,6 +64,11 @@ class _Request:
     gathers = False
     # A reducing call's combine function, pickled: host agents fold their workers' values.
     combine: bytes | None = None
+    # Set on the instance only when tracing or the timeline is on (class defaults: no
+    # per-call assignments for the observability that is off).
+    span: Any = None  # its OpenTelemetry span (``_otel``), when tracing is on
+    failed = False  # an answer was an error (the span says so)
+    sent_at = 0.0  # when it was sent, for the caller's timeline (``RECORDER``)
 
     def __init__(self, mesh: ActorMesh[Any], endpoint: str, ranks: tuple[int, ...]) -> None:
         self.runtime = Runtime.get()
@@ -82,9 +87,6 @@ class _Request:
         self.route = route if route is not None and route.begin() else None
         # Kept for re-sending when the endpoint is idempotent and its process restarts.
         self.resend: dict[str, list[Any]] | None = None
-        self.span: Any = None  # its OpenTelemetry span (``_otel``), when tracing is on
-        self.failed = False  # an answer was an error (the span says so)
-        self.sent_at = 0.0  # when it was sent, for the caller's timeline (``RECORDER``)
         options = self.ref.endpoints.get(endpoint)
         if options is not None and options.idempotent:
             self.resend = {}

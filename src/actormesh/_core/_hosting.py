@@ -150,7 +150,9 @@ class _Delivery:
         try:
             payload, buffers = dumps(value)
             if RECORDER.on or _otel.ACTIVE:
-                self.reply_bytes = len(payload) + sum(b.raw().nbytes for b in buffers)
+                self.reply_bytes = len(payload)
+                if buffers:  # most answers have none: no generator made for them
+                    self.reply_bytes += sum(b.raw().nbytes for b in buffers)
             max_bytes = self.host.config.max_message_bytes
             if len(payload) > max_bytes or buffers:
                 what = f"the value returned by {endpoint_named(self.endpoint)}"
@@ -241,7 +243,7 @@ class _Delivery:
             with contextlib.suppress(TransportClosed, OSError, ActorDiedError):
                 self.host.links.connection(address).send([header, *parts])
             return
-        parts = [hdr.encode(hdr.Reply(self.req_id, self.rank, ok)), *parts]
+        parts = [hdr.encode_reply(self.req_id, self.rank, ok), *parts]
         # On the caller's reply route if it has one; else, or if that route has closed,
         # on the connection the call came in on (the caller's runtime reads that one).
         route = self.reply_conn

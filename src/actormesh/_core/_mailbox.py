@@ -402,12 +402,8 @@ class Mailbox:
 
         def done(task: asyncio.Task[bool]) -> None:
             self.concurrent.pop(message, None)
-            if self.stats is not None or RECORDER.on:
-                ok = not task.cancelled() and task.exception() is None and task.result()
-                if self.stats is not None:
-                    self.stats.record(message.endpoint, time.monotonic() - started, ok)
-                if RECORDER.on:
-                    RECORDER.ran(message, started, ok, "concurrent")
+            ok = not task.cancelled() and task.exception() is None and task.result()
+            self._ran(message, ok, "concurrent", started)
 
         task.add_done_callback(done)
 
@@ -463,7 +459,7 @@ class Mailbox:
                 else:
                     self._create_concurrent(host, message, *args)
                     ok = None  # counted when its task ends
-                self._ran(message, ok)
+                self._ran(message, ok, "async")
                 if self._urgent_waiting:
                     # An urgent message waits on this loop behind endpoints that never
                     # yield: let it run before the next one.
@@ -484,7 +480,7 @@ class Mailbox:
         assert host is not None
         while not isinstance(taken := self._start_next(host, on_thread=True), bool):
             message, _, args = taken
-            self._ran(message, self._run_sync(host, message, *args))
+            self._ran(message, self._run_sync(host, message, *args), "def")
         if taken:  # an ``async`` endpoint heads the queue: the actor loop's task goes on
             self._on_actor(self._start_drain_task)
 
@@ -501,14 +497,24 @@ class Mailbox:
                 return message, kind, args
         return taken
 
-    def _ran(self, message: Message, ok: bool | None) -> None:
-        """``message`` (the one-at-a-time one) is over; ``ok`` None: counted elsewhere."""
-        self.current = None
-        if ok is not None and self.stats is not None:
-            self.stats.record(message.endpoint, time.monotonic() - self.since, ok)
-        if ok is not None and RECORDER.on:
-            kind = "def" if threading.current_thread() is self._thread else "async"
-            RECORDER.ran(message, self.since, ok, kind)
+    def _ran(
+        self, message: Message, ok: bool | None, kind: str, started: float | None = None
+    ) -> None:
+        """``message``, a ``kind`` endpoint ("def", "async" or "concurrent"), is over:
+        count it in the endpoint stats and the timeline, whichever are kept (one clock read
+        for both; nothing when neither). ``started`` None: it is the one-at-a-time message,
+        started at ``since``. ``ok`` None: counted elsewhere (when its task ends)."""
+        if started is None:
+            self.current = None
+            started = self.since
+        stats = self.stats
+        if ok is None or (stats is None and not RECORDER.on):
+            return
+        ended = time.monotonic()
+        if stats is not None:
+            stats.record(message.endpoint, ended - started, ok)
+        if RECORDER.on:
+            RECORDER.ran(message, started, ended, ok, kind)
 
     @staticmethod
     def _arguments(host: Hosted, message: Message) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
