@@ -208,50 +208,97 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     idle = take_tally()
     result["idle_frames_per_s"] = sum(idle["sent"].values()) / idle_wall
 
+    result.update(_slice_cast(args, mesh, sim, hosts_count))
     result.update(_detect(args, hosts, mesh, sim, fan_out))
     sys.stdout.flush()
     return result
 
 
-def _detect(args: argparse.Namespace, hosts: Any, mesh: Any, sim: Any, fan_out: int | None) -> dict[str, Any]:
+def _slice_cast(args: argparse.Namespace, mesh: Any, sim: Any, count: int) -> dict[str, Any]:
+    """A cast to every host but the last (a slice): its bytes and controller CPU."""
+    if count < 2 or count * args.per_host * args.actors_per_proc > args.max_slice_actors:
+        return {"slice_cast_bytes": None}
+    target = mesh.slice(hosts=slice(0, count - 1))
+    target.echo.call(0).get(timeout=args.spawn_timeout)  # warm
+    sim.tally.on = True
+    started, cpu = time.perf_counter(), time.thread_time()
+    target.echo.call(1).get(timeout=args.spawn_timeout)
+    out = {
+        "slice_cast_caller_cpu_us": (time.thread_time() - cpu) * 1e6,
+        "slice_cast_wall_ms": (time.perf_counter() - started) * 1e3,
+        "slice_cast_bytes": sum(sim.tally.sent_bytes.values()),
+    }
+    sim.tally.on = False
+    sim.tally.reset()
+    return out
+
+
+def _detect(
+    args: argparse.Namespace, hosts: Any, mesh: Any, sim: Any, fan_out: int | None
+) -> dict[str, Any]:
     """How long a call waits on a dead and on a frozen agent before it fails; then that
-    the other hosts answer the next cast."""
+    the other hosts answer the next cast.
+
+    Each waiting call goes to the one host that fails (a slice of one host): a call to a
+    slice of many names every rank of it in each header (see docs/multihost.md)."""
     count = len(hosts._hosts.links)
     out: dict[str, Any] = {}
     if count < 3:
         return out
     links = hosts._hosts.links
 
-    def failed_after(host: Any, how: str, target: Any) -> float | None:
+    def failed_after(index: int, how: str, name: str) -> None:
+        host = sim.host_of(links[index])
         host.freeze()  # the call below must wait on it
-        future = target.echo.call(0)
+        out[name + "_last_answer_age"] = _last_answer_age(host)
+        future = mesh.slice(hosts=index).echo.call(0)
         started = time.perf_counter()
         if how == "die":
             host.die()
+        out[name] = None
         try:
             future.get(timeout=args.heartbeat_timeout * 3 + 30)
         except TimeoutError:
-            return None
-        except Exception:
-            return time.perf_counter() - started
-        return None
+            out[name + "_error"] = "the call was still waiting"
+        except Exception as error:
+            out[name] = time.perf_counter() - started
+            out[name + "_error"] = f"{type(error).__name__}: {error}"[:300]
+        else:
+            out[name + "_error"] = "the call answered"
 
     # A leaf: the last host (a leaf in any tree the hosts form, first hosts on top).
-    out["detect_dead_leaf_s"] = failed_after(sim.host_of(links[count - 1]), "die", mesh)
-    rest = mesh.slice(hosts=slice(0, count - 1))
-    out["detect_frozen_leaf_s"] = failed_after(sim.host_of(links[count - 2]), "freeze", rest)
+    failed_after(count - 1, "die", "detect_dead_leaf_s")
+    failed_after(count - 2, "freeze", "detect_frozen_leaf_s")
+    first = 0
+    out["detect_dead_interior_s"] = None
     if fan_out is not None and count > fan_out:
         # Host 0 has children in a tree whose first hosts are its top level.
-        survivors = mesh.slice(hosts=slice(1, count - 2))
-        out["detect_dead_interior_s"] = failed_after(sim.host_of(links[0]), "die", survivors)
-        alive = survivors
-    else:
-        out["detect_dead_interior_s"] = None
-        alive = mesh.slice(hosts=slice(0, count - 2))
-    answered = alive.echo.call(3).get(timeout=args.spawn_timeout)
-    out["after_deaths_answered"] = len(answered)
-    out["after_deaths_expected"] = len(alive._shape.ranks) if hasattr(alive, "_shape") else None
+        failed_after(0, "die", "detect_dead_interior_s")
+        first = 1
+    out["after_deaths_answered"] = None
+    if (count - 2 - first) * args.per_host * args.actors_per_proc <= args.max_slice_actors:
+        alive = mesh.slice(hosts=slice(first, count - 2))
+        answered = alive.echo.call(3).get(timeout=args.spawn_timeout)
+        out["after_deaths_answered"] = len(answered)
     return out
+
+
+def _last_answer_age(host: Any) -> float | None:
+    """Seconds since the controller's heartbeat monitor last heard from ``host``'s agent
+    (a frozen agent is declared dead that much sooner than its timeout)."""
+    from actormesh._hosts import Runtime
+
+    runtime = Runtime.get()
+    monitor = runtime._heartbeat
+    watched = None if monitor is None else monitor._watched.get(host.runtime.address)
+    if watched is None:
+        return None
+    age: float = runtime.run_sync(_age(runtime.loop, watched))
+    return age
+
+
+async def _age(loop: Any, watched: Any) -> float:
+    return float(loop.time() - watched.last_answer)
 
 
 # -- the parent: one subprocess per size, then the table, the chart and the model -------
@@ -260,11 +307,14 @@ def _detect(args: argparse.Namespace, hosts: Any, mesh: Any, sim: Any, fan_out: 
 def _run_size(hosts: int, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "bench.simulate", "--one", str(hosts)]
     for name in ("per_host", "actors_per_proc", "casts", "fan_out", "heartbeat_interval",
-                 "heartbeat_timeout", "spawn_timeout", "idle"):  # fmt: skip
+                 "heartbeat_timeout", "spawn_timeout", "idle", "max_slice_actors"):  # fmt: skip
         value = getattr(args, name)
         if value is not None:
             cmd += [f"--{name.replace('_', '-')}", str(value)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     started = time.monotonic()
     try:
         done = subprocess.run(
@@ -373,6 +423,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--spawn-timeout", type=float, default=1800.0)
     parser.add_argument("--idle", type=float, default=3.0, help="seconds of idle measured")
     parser.add_argument("--size-timeout", type=float, default=3600.0)
+    parser.add_argument(
+        "--max-slice-actors",
+        type=int,
+        default=16_384,
+        help="largest slice cast measured (its headers grow with the slice)",
+    )
     parser.add_argument("--out", type=Path, default=BENCH / "results" / "simulate.json")
     parser.add_argument("--figure", type=Path, default=BENCH / "figures" / "simulate.png")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
