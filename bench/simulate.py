@@ -41,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.sim_model import fit, one_level_us, tree_us
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 SIZES = (16, 256, 1024, 4096, 10_000)
@@ -411,6 +413,79 @@ def chart(results: list[dict[str, Any]], path: Path) -> bool:
     return True
 
 
+def _calibration(args: argparse.Namespace) -> dict[str, Any]:
+    """Real sockets over in-memory links: the controller's CPU per call in a
+    ``bench.scale`` result against a simulation of the same shape (1.0 without one)."""
+    path = args.calibrate
+    if path is None or not path.exists():
+        return {
+            "factor": 1.0,
+            "source": "none (no bench.scale result): simulated costs as they are",
+        }
+    scale = json.loads(path.read_text())
+    real = scale["agents"]["controller_cpu_per_call_us"]
+    shape = argparse.Namespace(
+        **{**vars(args), "per_host": scale["per_host"], "actors_per_proc": 1}
+    )
+    simulated = _run_size(scale["hosts"], shape)
+    if "error" in simulated:
+        return {"factor": 1.0, "source": f"the calibrating simulation failed: {simulated['error']}"}
+    factor = real / simulated["cast_cpu_controller_us"]
+    return {
+        "factor": factor,
+        "source": f"{path.name}: {scale['hosts']} namespace hosts x {scale['per_host']} processes",
+        "real_controller_cpu_per_call_us": real,
+        "simulated_controller_cpu_per_call_us": simulated["cast_cpu_controller_us"],
+    }
+
+
+def _model(args: argparse.Namespace, results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    calibration = _calibration(args)
+    costs = fit(results, calibration["factor"], args.rtt_us, args.worker_us)
+    if costs is None:
+        return None
+    k = args.model_fan_out
+    predictions = [
+        {
+            "hosts": hosts,
+            "one_level_ms": one_level_us(costs, hosts) / 1e3,
+            "tree_ms": tree_us(costs, hosts, k) / 1e3,
+            "tree_linear_ms": tree_us(costs, hosts, k, quadratic=False) / 1e3,
+            "controller_one_level_us": costs.controller_us(hosts),
+            "controller_tree_us": costs.controller_us(min(k, hosts)),
+        }
+        for hosts in sorted({*SIZES, *(r["hosts"] for r in results)})
+    ]
+    return {
+        "costs": costs.as_dict(),
+        "calibration": calibration,
+        "fan_out": k,
+        "predictions": predictions,
+    }
+
+
+def model_table(model: dict[str, Any]) -> str:
+    costs, k = model["costs"], model["fan_out"]
+    lines = [
+        f"Model (docs/multihost.md): controller {costs['fixed_us']:,.0f} + "
+        f"{costs['per_host_us']:,.1f} x H + {costs['quadratic_us']:.4f} x H^2 µs per cast "
+        f"(simulated), agent {costs['agent_us']:,.0f} µs, x {costs['calibration']:.2f} for "
+        f"real sockets ({model['calibration']['source']}); round trip {costs['rtt_us']:g} µs, "
+        f"endpoint {costs['worker_us']:g} µs",
+        "",
+        f"| hosts | controller CPU, one level, ms | call + gather, one level, ms | "
+        f"controller CPU, tree k={k}, ms | call + gather, tree k={k}, ms |",
+        "|---|---|---|---|---|",
+    ]
+    for p in model["predictions"]:
+        lines.append(
+            f"| {p['hosts']:,} | {p['controller_one_level_us'] / 1e3:,.2f} | "
+            f"{p['one_level_ms']:,.2f} | {p['controller_tree_us'] / 1e3:,.2f} | "
+            f"{p['tree_ms']:,.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, nargs="+", default=list(SIZES))
@@ -429,6 +504,16 @@ def _parser() -> argparse.ArgumentParser:
         default=16_384,
         help="largest slice cast measured (its headers grow with the slice)",
     )
+    parser.add_argument(
+        "--calibrate",
+        type=Path,
+        default=BENCH / "results" / "scale.json",
+        help="a bench.scale result: its controller CPU per call on real sockets against "
+        "a simulation of the same shape calibrates the model (skipped if absent)",
+    )
+    parser.add_argument("--rtt-us", type=float, default=100.0, help="model: round trip per hop")
+    parser.add_argument("--worker-us", type=float, default=50.0, help="model: endpoint time")
+    parser.add_argument("--model-fan-out", type=int, default=16, help="model: tree fan-out")
     parser.add_argument("--out", type=Path, default=BENCH / "results" / "simulate.json")
     parser.add_argument("--figure", type=Path, default=BENCH / "figures" / "simulate.png")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
@@ -462,7 +547,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         state = result.get("error", f"{result.get('run_s', 0):.0f} s")
         print(f"{hosts} hosts: {state}", file=sys.stderr)
+    model = _model(args, results)
     document = {
+        "model": model,
         "per_host": args.per_host,
         "actors_per_proc": args.actors_per_proc,
         "fan_out": args.fan_out,
@@ -476,6 +563,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(document, indent=1))
     chart(results, args.figure)
     print(table(results))
+    if model is not None:
+        print()
+        print(model_table(model))
     return 0 if all("error" not in r for r in results) else 1
 
 
