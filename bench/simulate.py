@@ -348,6 +348,8 @@ ROWS = [
     ("controller CPU per cast per host, µs", "cpu_per_host_us", "{:,.1f}"),
     ("simulated agents' CPU per cast, µs", "cast_cpu_agents_us", "{:,.0f}"),
     ("call + gather wall, ms (median)", "cast_wall_ms", "{:,.1f}"),
+    ("bytes sent for a cast to all hosts but one (a slice)", "slice_cast_bytes", "{:,.0f}"),
+    ("  calling thread's CPU for it, µs", "slice_cast_caller_cpu_us", "{:,.0f}"),
     ("agents join, s", "join_s", "{:.2f}"),
     ("spawn_procs, s", "spawn_procs_s", "{:.2f}"),
     ("spawn of the actors + first call, s", "spawn_actors_s", "{:.2f}"),
@@ -514,6 +516,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rtt-us", type=float, default=100.0, help="model: round trip per hop")
     parser.add_argument("--worker-us", type=float, default=50.0, help="model: endpoint time")
     parser.add_argument("--model-fan-out", type=int, default=16, help="model: tree fan-out")
+    parser.add_argument(
+        "--model-from", type=Path, default=None, help="recompute the model of this result"
+    )
     parser.add_argument("--out", type=Path, default=BENCH / "results" / "simulate.json")
     parser.add_argument("--figure", type=Path, default=BENCH / "figures" / "simulate.png")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
@@ -533,6 +538,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.fan_out is not None and args.fan_out < 2:
         print("--fan-out must be at least 2", file=sys.stderr)
         return 2
+    if args.model_from is not None:
+        # Only the model again (a new calibration, say), from the sizes of an earlier run.
+        document = json.loads(args.model_from.read_text())
+        document["model"] = _model(args, document["sizes"])
+        args.model_from.write_text(json.dumps(document, indent=1))
+        print(table(document["sizes"]))
+        if document["model"] is not None:
+            print()
+            print(model_table(document["model"]))
+        return 0
     tree = tree_support()
     if args.fan_out is not None and tree is None:
         print(

@@ -22,7 +22,7 @@ def test_simulate_measures_16_and_64_hosts(tmp_path: Path) -> None:
     out, figure = tmp_path / "simulate.json", tmp_path / "simulate.png"
     cmd = [sys.executable, "-m", "bench.simulate", "--hosts", "16", "64", "--casts", "5"]
     cmd += ["--heartbeat-timeout", "2", "--idle", "0.5", "--size-timeout", "240"]
-    cmd += ["--out", str(out), "--figure", str(figure)]
+    cmd += ["--out", str(out), "--figure", str(figure), "--calibrate", str(tmp_path / "no.json")]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     document = json.loads(out.read_text())
@@ -48,6 +48,10 @@ def test_simulate_measures_16_and_64_hosts(tmp_path: Path) -> None:
         assert size["detect_dead_leaf_s"] is not None
         assert size["detect_frozen_leaf_s"] is not None
         assert size["after_deaths_answered"] == (hosts - 2) * 16
+    # The model fitted to these costs predicts a positive latency at every size.
+    predictions = document["model"]["predictions"]
+    assert [p["hosts"] for p in predictions][-1] == 10_000
+    assert all(p["one_level_ms"] > 0 and p["tree_ms"] > 0 for p in predictions)
     assert "frames sent by the controller per cast" in done.stdout
     if importlib.util.find_spec("matplotlib") is not None:
         assert figure.stat().st_size > 0
