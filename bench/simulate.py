@@ -555,16 +555,9 @@ def main(argv: list[str] | None = None) -> int:
             "fan-out); measuring one level",
             file=sys.stderr,
         )
-    results = []
-    for hosts in args.hosts:
-        result = _run_size(hosts, args)
-        _derive(result)
-        results.append(result)
-        state = result.get("error", f"{result.get('run_s', 0):.0f} s")
-        print(f"{hosts} hosts: {state}", file=sys.stderr)
-    model = _model(args, results)
-    document = {
-        "model": model,
+    results: list[dict[str, Any]] = []
+    document: dict[str, Any] = {
+        "model": None,
         "per_host": args.per_host,
         "actors_per_proc": args.actors_per_proc,
         "fan_out": args.fan_out,
@@ -575,6 +568,14 @@ def main(argv: list[str] | None = None) -> int:
         "sizes": results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    for hosts in args.hosts:
+        result = _run_size(hosts, args)
+        _derive(result)
+        results.append(result)
+        state = result.get("error", f"{result.get('run_s', 0):.0f} s")
+        print(f"{hosts} hosts: {state}", file=sys.stderr)
+        args.out.write_text(json.dumps(document, indent=1))  # a long run keeps what it has
+    model = document["model"] = _model(args, results)
     args.out.write_text(json.dumps(document, indent=1))
     chart(results, args.figure)
     print(table(results))
