@@ -7,7 +7,8 @@ CPU: the controller's per cast, and the agents' per cast. The model takes those 
 costs of each hop and adds what the simulation leaves out (the network, the workers),
 as docs/multihost.md ("A latency model for real hosts") explains:
 
-- the controller's CPU per cast, fitted to ``fixed + per_host * H + quadratic * H**2``
+- the controller's CPU per cast (less the heartbeats it answered meanwhile), fitted
+  to ``fixed + per_host * H + quadratic * H**2``
   (least squares of the relative error over every size measured, no term negative),
   times ``calibration``: what the
   same cast costs on real sockets over what it costs on in-memory links, from a run of
@@ -66,16 +67,16 @@ def fit(
         return None
     if len(ok) == 2:
         small, large = ok
-        per_host = (large["cast_cpu_controller_us"] - small["cast_cpu_controller_us"]) / (
+        per_host = (large["cast_cpu_net_us"] - small["cast_cpu_net_us"]) / (
             large["hosts"] - small["hosts"]
         )
         fixed, quadratic = (
-            max(0.0, small["cast_cpu_controller_us"] - per_host * small["hosts"]),
+            max(0.0, small["cast_cpu_net_us"] - per_host * small["hosts"]),
             0.0,
         )
     else:
         fixed, per_host, quadratic = _least_squares(
-            [float(s["hosts"]) for s in ok], [s["cast_cpu_controller_us"] for s in ok]
+            [float(s["hosts"]) for s in ok], [s["cast_cpu_net_us"] for s in ok]
         )
     agent = statistics_median([s["cast_cpu_agents_us"] / s["hosts"] for s in ok])
     return HopCosts(fixed, per_host, quadratic, agent, calibration, rtt_us, worker_us)
