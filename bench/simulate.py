@@ -212,6 +212,13 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
 
     result.update(_slice_cast(args, mesh, sim, hosts_count))
     result.update(_detect(args, hosts, mesh, sim, fan_out))
+    if hosts_count <= args.max_shutdown_hosts:
+        started = time.perf_counter()
+        procs.stop().get(timeout=args.spawn_timeout)
+        result["stop_procs_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        hosts.shutdown().get(timeout=args.spawn_timeout)
+        result["shutdown_hosts_s"] = time.perf_counter() - started
     sys.stdout.flush()
     return result
 
@@ -309,7 +316,8 @@ async def _age(loop: Any, watched: Any) -> float:
 def _run_size(hosts: int, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "bench.simulate", "--one", str(hosts)]
     for name in ("per_host", "actors_per_proc", "casts", "fan_out", "heartbeat_interval",
-                 "heartbeat_timeout", "spawn_timeout", "idle", "max_slice_actors"):  # fmt: skip
+                 "heartbeat_timeout", "spawn_timeout", "idle", "max_slice_actors",
+                 "max_shutdown_hosts"):  # fmt: skip
         value = getattr(args, name)
         if value is not None:
             cmd += [f"--{name.replace('_', '-')}", str(value)]
@@ -361,6 +369,8 @@ ROWS = [
     ("dead interior agent detected, s", "detect_dead_interior_s", "{:.3f}"),
     ("controller loop CPU idle (heartbeats), µs/s", "idle_cpu_loop_us_per_s", "{:,.0f}"),
     ("process memory per host, KiB", "memory_per_host_kib", "{:,.0f}"),
+    ("stop of the processes (ProcMesh.stop), s", "stop_procs_s", "{:.2f}"),
+    ("shutdown of the hosts, s", "shutdown_hosts_s", "{:.2f}"),
 ]
 
 
@@ -388,8 +398,9 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def chart(results: list[dict[str, Any]], path: Path) -> bool:
-    """Controller cost against hosts (log-log); False without matplotlib."""
+def chart(results: list[dict[str, Any]], path: Path, model: dict[str, Any] | None = None) -> bool:
+    """Controller cost against hosts (log-log), with the model's tree beside the
+    measured one level; False without matplotlib."""
     try:
         import matplotlib
 
@@ -400,22 +411,32 @@ def chart(results: list[dict[str, Any]], path: Path) -> bool:
     ok = [r for r in results if "error" not in r]
     xs = [r["hosts"] for r in ok]
     panels = [
-        ("cast_cpu_controller_us", "controller CPU per cast (µs)"),
+        ("cast_cpu_net_us", "controller CPU per cast (µs)"),
         ("frames_sent_per_cast", "frames the controller sends per cast"),
         ("cast_wall_ms", "call + gather wall (ms, simulated)"),
     ]
-    figure, axes = plt.subplots(1, len(panels), figsize=(12, 3.6))
+    figure, axes = plt.subplots(1, len(panels), figsize=(13, 3.8))
     for axis, (key, title) in zip(axes, panels, strict=True):
         axis.plot(xs, [r[key] for r in ok], marker="o", color="tab:red", label="one level")
-        if key == "cast_cpu_controller_us" and ok:
-            base = ok[0]["cast_cpu_controller_us"] / ok[0]["hosts"]
+        if key == "cast_cpu_net_us" and ok:
+            base = ok[0][key] / ok[0]["hosts"]
             axis.plot(xs, [base * x for x in xs], linestyle="--", color="gray", label="linear")
+            if model is not None:
+                k = model["fan_out"]
+                tree = [p["controller_tree_us"] / model["costs"]["calibration"] for p in
+                        model["predictions"] if p["hosts"] in xs]  # fmt: skip
+                axis.plot(xs, tree, linestyle=":", color="tab:blue", label=f"model: tree k={k}")
+            axis.legend(fontsize=8)
+        if key == "frames_sent_per_cast" and model is not None:
+            k = model["fan_out"]
+            axis.plot(xs, [min(k, x) for x in xs], linestyle=":", color="tab:blue",
+                      label=f"tree k={k}: min(k, hosts)")  # fmt: skip
             axis.legend(fontsize=8)
         axis.set_xscale("log")
         axis.set_yscale("log")
         axis.set_xlabel("hosts (16 actors each)")
         axis.set_title(title, fontsize=10)
-    figure.suptitle("bench.simulate: real controller and agents, simulated workers")
+    figure.suptitle("bench.simulate: the real controller and host agents, simulated workers")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
@@ -508,6 +529,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--idle", type=float, default=3.0, help="seconds of idle measured")
     parser.add_argument("--size-timeout", type=float, default=3600.0)
     parser.add_argument(
+        "--max-shutdown-hosts",
+        type=int,
+        default=1024,
+        help="largest size whose stop and shutdown are timed (larger ones just exit)",
+    )
+    parser.add_argument(
         "--max-slice-actors",
         type=int,
         default=16_384,
@@ -552,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
             _derive(result)
         document["model"] = _model(args, document["sizes"])
         args.model_from.write_text(json.dumps(document, indent=1))
+        chart(document["sizes"], args.figure, document["model"])
         print(table(document["sizes"]))
         if document["model"] is not None:
             print()
@@ -586,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(document, indent=1))  # a long run keeps what it has
     model = document["model"] = _model(args, results)
     args.out.write_text(json.dumps(document, indent=1))
-    chart(results, args.figure)
+    chart(results, args.figure, model)
     print(table(results))
     if model is not None:
         print()

@@ -48,6 +48,7 @@ def test_simulate_measures_16_and_64_hosts(tmp_path: Path) -> None:
         assert size["detect_dead_leaf_s"] is not None
         assert size["detect_frozen_leaf_s"] is not None
         assert size["after_deaths_answered"] == (hosts - 2) * 16
+        assert size["stop_procs_s"] > 0 and size["shutdown_hosts_s"] > 0
     # The model fitted to these costs predicts a positive latency at every size.
     predictions = document["model"]["predictions"]
     assert [p["hosts"] for p in predictions][-1] == 10_000
