@@ -191,14 +191,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     assert len(counted) == actors
     per_cast = take_tally()
     result["cast_frames"] = per_cast
-    result["frames_sent_per_cast"] = sum(
-        n for kind, n in per_cast["sent"].items() if kind in ("CAST", "RELAY", "CALL")
-    )
-    result["frames_received_per_cast"] = sum(
-        n for kind, n in per_cast["received"].items() if kind in ("REPLIES", "REPLY")
-    )
-    result["bytes_sent_per_cast"] = sum(per_cast["sent_bytes"].values())
-    result["bytes_received_per_cast"] = sum(per_cast["received_bytes"].values())
+    _cast_traffic(result)
 
     # The controller idle: what watching the agents (heartbeats) costs it per second.
     tally.on = True
@@ -374,10 +367,25 @@ ROWS = [
 ]
 
 
+_OUT = ("CAST", "RELAY", "CALL")  # what carries a cast to the hosts
+_BACK = ("REPLIES", "REPLY")  # what carries its replies back
+
+
+def _cast_traffic(result: dict[str, Any]) -> None:
+    """The cast's own frames and bytes, from the tally of its kinds (the heartbeats
+    that crossed the links meanwhile are left out)."""
+    counted = result["cast_frames"]
+    result["frames_sent_per_cast"] = sum(counted["sent"].get(k, 0) for k in _OUT)
+    result["frames_received_per_cast"] = sum(counted["received"].get(k, 0) for k in _BACK)
+    result["bytes_sent_per_cast"] = sum(counted["sent_bytes"].get(k, 0) for k in _OUT)
+    result["bytes_received_per_cast"] = sum(counted["received_bytes"].get(k, 0) for k in _BACK)
+
+
 def _derive(result: dict[str, Any]) -> None:
     """Figures computed from the measured ones (for the table and the chart)."""
     if "error" in result:
         return
+    _cast_traffic(result)
     # The loop thread also answers heartbeats while a cast is out: what it spends idle
     # per second, over the cast's wall time, is not the cast's.
     heartbeats = result["idle_cpu_loop_us_per_s"] * result["cast_wall_ms"] / 1e3
