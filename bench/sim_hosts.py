@@ -32,12 +32,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actormesh import Config
+from actormesh import ActorDiedError, Config
 from actormesh._core import dumps, headers
 from actormesh._hosts import Agent, AgentLink, ChildProcess, JoinWait, Runtime, Status, is_agent
 from actormesh._transport import MemoryLink, TransportClosed
 
-__all__ = ["LoopThread", "SimAgentRuntime", "SimHost", "SimWorker", "SimulatedHosts", "Tally"]
+__all__ = [
+    "Dialing",
+    "LoopThread",
+    "SimAgentRuntime",
+    "SimControllerRuntime",
+    "SimHost",
+    "SimWorker",
+    "SimulatedHosts",
+    "Tally",
+]
 
 log = logging.getLogger("bench.simulate")
 
@@ -232,20 +241,87 @@ class SimWorker:
             on_frame(self, [memoryview(part) for part in reply])  # type: ignore[arg-type]
 
 
+_PREFIX = "tcp://10."  # every address of the simulation: agents and workers
+
+
 def _address(index: int, port: int) -> str:
-    return f"tcp://10.{(index >> 16) & 255}.{(index >> 8) & 255}.{index & 255}:{port}"
+    return f"{_PREFIX}{(index >> 16) & 255}.{(index >> 8) & 255}.{index & 255}:{port}"
+
+
+class Dialing:
+    """How a runtime of the simulation reaches a simulated agent by its address: over a
+    new in-memory link, which the agent takes as a connection it accepted. Code that
+    dials an agent (a tree of agents, say) then works unchanged; an address of the
+    simulation that no agent has fails at once, as a refused connection would."""
+
+    def __init__(self) -> None:
+        self.agents: dict[str, SimAgentRuntime] = {}
+        self.tally: Tally | None = None  # counts the controller's links it dials
+
+    def dial(self, runtime: Runtime, path: str, counted: bool) -> Any:
+        """The open link from ``runtime`` to the agent at ``path``; ``None`` when
+        ``path`` is not an address of the simulation."""
+        if not path.startswith(_PREFIX):
+            return None
+        target = self.agents.get(path)
+        if target is None or target.closed:
+            reason = f"cannot reach the process at {path}: nothing listens there (simulated)"
+            raise ActorDiedError(reason, reason=reason)
+        with runtime._conns_lock:
+            known = runtime._conns.get(path)
+            if known is not None and not known.closed:
+                return known
+            mine, theirs = CountedLink.pair(
+                (runtime.loop, runtime._on_frame, runtime._on_close),
+                (target.loop, target._on_frame, target._on_close),
+                peers=(path, runtime.address),
+            )
+            if counted:
+                mine.tally = self.tally
+            runtime._conns[path] = mine  # type: ignore[assignment]
+        runtime.loop.call_soon_threadsafe(mine.start)
+        target.loop.call_soon_threadsafe(theirs.start)
+        return mine
+
+
+def _known(runtime: Runtime, path: str) -> bool:
+    """Whether ``runtime`` has a connection to ``path`` (a relayed worker's, say) or
+    knows it dead: its own ``connection`` answers then, as it would anywhere."""
+    conn = runtime._conns.get(path)
+    return (conn is not None and not conn.closed) or path in runtime._dead_paths
+
+
+class SimControllerRuntime(Runtime):
+    """The controller's runtime, which reaches simulated agents it dials (not those that
+    joined it: they are ordinary) over in-memory links; everything else as ``Runtime``.
+    Start it with ``SimControllerRuntime.get()`` before anything asks for the runtime."""
+
+    dialing: Dialing | None = None
+
+    def connection(self, path: str) -> Any:
+        dialing = self.dialing
+        if dialing is None or _known(self, path):
+            return super().connection(path)
+        link = dialing.dial(self, path, counted=True)
+        return super().connection(path) if link is None else link
 
 
 class SimAgentRuntime(Runtime):
     """A host agent's runtime whose workers are ``SimWorker``\\ s, and whose end (asked
     to shut down, or its owner gone) closes its link instead of stopping the loop the
-    simulated agents share."""
+    simulated agents share. It reaches other simulated agents as ``Dialing`` says."""
 
     def __init__(
-        self, config: Config, loop: asyncio.AbstractEventLoop, key: str, index: int
+        self,
+        config: Config,
+        loop: asyncio.AbstractEventLoop,
+        key: str,
+        index: int,
+        dialing: Dialing | None = None,
     ) -> None:
         super().__init__(config, loop, key)
         self.index = index
+        self.dialing = dialing
         self.loop_thread_id = None  # several share a loop: nothing may assume it is ours
         self.address = _address(index, 1)
         self.advertise = self.address.removeprefix("tcp://").rpartition(":")[0]
@@ -265,6 +341,12 @@ class SimAgentRuntime(Runtime):
                 self._conns[child.listen_path] = SimWorker(self, child)  # type: ignore[assignment]
             children.append(child)
         return children
+
+    def connection(self, path: str) -> Any:
+        if self.dialing is None or _known(self, path):
+            return super().connection(path)
+        link = self.dialing.dial(self, path, counted=False)
+        return super().connection(path) if link is None else link
 
     def _exit_worker(self, why: str) -> None:
         if self.closed:
@@ -307,11 +389,14 @@ class SimulatedHosts:
         self.tally = tally or Tally()
         self.hosts: list[SimHost] = []
         self.by_conn: dict[Any, SimHost] = {}
+        self.dialing = Dialing()
+        self.dialing.tally = self.tally
         self._config = Config(event_log=False, output="off", progress="never")
 
     def _make(self, index: int, controller: Runtime) -> SimHost:
         key = f"sim-agent-{index}"
-        runtime = SimAgentRuntime(self._config, self.loop, key, index)
+        runtime = SimAgentRuntime(self._config, self.loop, key, index, self.dialing)
+        self.dialing.agents[runtime.address] = runtime
         theirs, mine = CountedLink.pair(
             (controller.loop, controller._on_frame, controller._on_close),
             (self.loop, runtime._on_frame, runtime._on_close),

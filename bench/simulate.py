@@ -94,8 +94,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         ACTORMESH_HEARTBEAT_TIMEOUT=str(args.heartbeat_timeout),
     )
     from actormesh import Actor, endpoint, host_mesh
-    from actormesh._hosts import Runtime
-    from bench.sim_hosts import LoopThread, SimulatedHosts
+    from bench.sim_hosts import LoopThread, SimControllerRuntime, SimulatedHosts
 
     class Echo(Actor):
         """What every simulated actor stands for (its simulated worker answers its rank)."""
@@ -122,11 +121,14 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         "fan_out": fan_out,
         "tree": None if tree is None else f"{tree[0]} {tree[1]}",
     }
-    runtime = Runtime.get()
+    # The controller's runtime, before anything starts an ordinary one: it reaches the
+    # simulated agents it dials (a tree's, say) over in-memory links.
+    runtime = SimControllerRuntime.get()
     loop_ident = runtime._thread.ident if runtime._thread else None
     assert loop_ident is not None
     agents = LoopThread("sim-agents")
     sim = SimulatedHosts(agents.loop)
+    runtime.dialing = sim.dialing
     tally = sim.tally
 
     def take_tally() -> dict[str, dict[str, int]]:
@@ -416,7 +418,9 @@ def chart(results: list[dict[str, Any]], path: Path, model: dict[str, Any] | Non
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    ok = [r for r in results if "error" not in r]
+    ok = [r for r in results if "error" not in r and r["cast_cpu_net_us"] > 0]
+    if not ok:
+        return False
     xs = [r["hosts"] for r in ok]
     panels = [
         ("cast_cpu_net_us", "controller CPU per cast (µs)"),
