@@ -609,8 +609,10 @@ def main(argv: list[str] | None = None) -> int:
         "model": None,
         "per_host": args.per_host,
         "actors_per_proc": args.actors_per_proc,
-        "fan_out": args.fan_out,
-        "tree": None if tree is None else f"{tree[0]} {tree[1]}",
+        "fan_out": args.fan_out if tree is not None else None,
+        "tree": "none in this build: one level measured"
+        if tree is None
+        else f"{tree[0]} {tree[1]}",
         "heartbeat": [args.heartbeat_interval, args.heartbeat_timeout],
         "cpus": os.cpu_count(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
