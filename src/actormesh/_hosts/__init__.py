@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._agent import dial_agent, serve_agent
+from ._agent import Agent, dial_agent, serve_agent
 from ._agent_link import AgentLink, RelayedProcess, WorkerSpec
 from ._debug_relay import SessionWatch
 from ._event_log import KINDS as EVENT_KINDS
@@ -20,6 +20,7 @@ from ._setup import ProcessSetup, prepare
 from ._worker_loop import serve_worker_loop
 
 __all__ = [
+    "Agent",
     "AgentLink",
     "AttachRefusedError",
     "CURRENT_PREFIX",

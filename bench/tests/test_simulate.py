@@ -1,0 +1,63 @@
+"""``python -m bench.simulate`` end to end in a small form (16 and 64 simulated hosts), so
+the simulation cannot break unnoticed. It checks that the figures are sane (every reply
+gathered, one frame per host per cast through one level of agents, deaths detected),
+never how fast anything was."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.run import ROOT
+from bench.simulate import tree_support
+
+
+@pytest.mark.timeout(300)
+def test_simulate_measures_16_and_64_hosts(tmp_path: Path) -> None:
+    out, figure = tmp_path / "simulate.json", tmp_path / "simulate.png"
+    cmd = [sys.executable, "-m", "bench.simulate", "--hosts", "16", "64", "--casts", "5"]
+    cmd += ["--heartbeat-timeout", "2", "--idle", "0.5", "--size-timeout", "240"]
+    cmd += ["--out", str(out), "--figure", str(figure), "--calibrate", str(tmp_path / "no.json")]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert [size["hosts"] for size in document["sizes"]] == [16, 64]
+    for size in document["sizes"]:
+        hosts = size["hosts"]
+        assert "error" not in size, size
+        assert size["actors"] == hosts * 16
+        # Every actor answered, each with its own rank (nothing lost or misrouted).
+        assert size["gathered"] == size["actors"] and size["gathered_ranks_ok"]
+        # One level of agents: one CAST out and one REPLIES back per host per cast.
+        assert size["cast_frames"]["sent"].get("CAST") == hosts
+        assert size["frames_sent_per_cast"] == hosts
+        assert size["cast_frames"]["received"].get("REPLIES") == hosts
+        assert size["frames_received_per_cast"] == hosts
+        # spawn_procs asks each agent once.
+        assert size["spawn_procs_frames"]["sent"].get("HOSTOP") == hosts
+        assert size["casts_timed"] >= 2
+        assert size["cast_cpu_controller_us"] > 0 and size["cast_wall_ms"] > 0
+        assert size["memory_per_host_bytes"] > 0
+        # A dead agent and a frozen one each failed the call waiting on them, and the
+        # other hosts answered the next cast.
+        assert size["detect_dead_leaf_s"] is not None
+        assert size["detect_frozen_leaf_s"] is not None
+        assert size["after_deaths_answered"] == (hosts - 2) * 16
+        assert size["stop_procs_s"] > 0 and size["shutdown_hosts_s"] > 0
+    # The model fitted to these costs predicts a positive latency at every size.
+    predictions = document["model"]["predictions"]
+    assert [p["hosts"] for p in predictions][-1] == 10_000
+    assert all(p["one_level_ms"] > 0 and p["tree_ms"] > 0 for p in predictions)
+    assert "frames sent by the controller per cast" in done.stdout
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert figure.stat().st_size > 0
+
+
+def test_tree_support_names_how_a_fan_out_is_given() -> None:
+    support = tree_support()
+    assert support is None or (support[0] in ("argument", "config") and support[1])
