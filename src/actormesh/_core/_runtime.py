@@ -113,6 +113,9 @@ class CoreRuntime:
         self.closed = False
         self._listener: Listener | None = None
         self._conns: dict[str, Connection] = {}
+        # The paths each connection is known by (by id), so a close forgets them without
+        # a scan of every connection (a controller of thousands of hosts closes thousands).
+        self._conn_paths: dict[int, list[str]] = {}
         self._conns_lock = threading.Lock()
         self._dead_paths: dict[str, str] = {}
         self._ids = itertools.count(1)
@@ -247,7 +250,7 @@ class CoreRuntime:
             runtime.address = tcp
         if parent_sock is not None:
             parent = runtime._new_connection(parent_sock, peer=parent_path, same_host=False)
-            runtime._conns[parent_path] = parent
+            runtime._remember_conn(parent_path, parent)
             parent.start()
             runtime._parent = parent
         else:
@@ -448,7 +451,7 @@ class CoreRuntime:
                 raise ActorDiedError(f"the process is dead: {dead}", reason=dead)
             if not tcp:
                 conn = self._new_connection(self._dial(path), peer=path)
-                self._conns[path] = conn
+                self._remember_conn(path, conn)
         if tcp:
             # Another host: connecting and the handshake may take a while, so not under
             # the lock (the loop thread takes it too, and must never wait on a far host).
@@ -459,10 +462,15 @@ class CoreRuntime:
                     sock.close()  # another thread connected meanwhile: use its connection
                     return conn
                 conn = self._new_connection(sock, peer=path, same_host=False)
-                self._conns[path] = conn
+                self._remember_conn(path, conn)
         assert conn is not None
         self.call_soon(conn.start)
         return conn
+
+    def _remember_conn(self, path: str, conn: Connection) -> None:
+        # Holds _conns_lock (or runs before the runtime is shared).
+        self._conns[path] = conn
+        self._conn_paths.setdefault(id(conn), []).append(path)
 
     def known_connection(self, path: str) -> Connection | None:
         """The open connection to ``path`` if there is one (never dials)."""
@@ -617,8 +625,8 @@ class CoreRuntime:
 
     def _on_close(self, conn: Connection, error: BaseException | None) -> None:
         with self._conns_lock:
-            for path, known in list(self._conns.items()):
-                if known is conn:
+            for path in self._conn_paths.pop(id(conn), ()):
+                if self._conns.get(path) is conn:
                     del self._conns[path]
         self.hosting.forget_reply_conn(conn)
         self.routes.peer_gone(conn.peer)

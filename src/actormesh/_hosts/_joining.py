@@ -46,7 +46,8 @@ class JoinWait:
         if self._full.is_set() or not self._accept(joined):
             return False
         self.joined.append(joined)
-        self._prune()
+        if len(self.joined) >= self._count:  # (pruning on every join is quadratic)
+            self._prune()
         return True
 
     def _prune(self) -> None:
