@@ -1,0 +1,465 @@
+"""Bulk data of a cast down a chain (or a small tree) of host agents.
+
+A cast to workers on several hosts whose large parts (weights, a code archive) add up
+to ``Config.bulk_threshold`` does not send those parts to every agent. The sender
+(the controller) sends each agent a small ``BULK_CAST`` (the cast, less those parts) on
+its own connection, where it keeps its place in the sender's order, and the large parts
+once, as one *transfer*, to the first agent of a chain; each agent writes the chunks
+into shared memory as they arrive and forwards each chunk to the next agents as soon
+as it holds it whole (``_bulk_plan``: ``Config.bulk_fanout`` children each, 1 being a
+chain), so every link carries the bytes once and the transfer takes about one link's
+time plus a chunk per hop. Once an agent holds the whole transfer it hands the cast to
+its workers with the parts in that same shared memory, lent to each (no copy), and
+only then the frames that came after the cast (``Bulk.serve_casts`` holds them).
+
+Flow control: a parent sends at most ``_WINDOW`` chunks beyond what a child has
+acknowledged (``BULK_ACK``), so a slow link backs up into the sender's memory no
+further than that. Agents reach each other over TCP with the job's secret, as any
+two processes of the job do (``CoreRuntime.connection``).
+
+Failures: a child whose connection closes (its agent died, or its host) is replaced
+by its own children, which its parent adopts and feeds from where each stands (a
+child's first acknowledgement says how much it already holds), so the hosts after a
+dead agent still get the data, from its nearest live ancestor, up to the sender
+itself. The dead host's ranks fail as on any agent loss. A sender keeps its copy until
+every host below it holds everything (``done`` acknowledgements).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import functools
+import itertools
+import logging
+import secrets
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._core import headers
+from .._transport import Connection, SegmentShare, TransportClosed, nbytes, segment_pool
+from ._bulk_plan import children, piece
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
+__all__ = ["Bulk", "Deliver"]
+
+log = logging.getLogger("actormesh.hosts")
+
+# Chunks a parent sends beyond what a child acknowledged.
+_WINDOW = 16
+
+# An agent's cast handler: (conn, CAST wire header, parts after a header, share).
+Deliver = Callable[[Connection, tuple[Any, ...], list[Any], SegmentShare], None]
+# A group of one cast: (connection to the agent, its address, its host, its targets).
+Group = tuple[Connection, str, str, list[headers.CastTarget]]
+Host = tuple[str, str]  # (address, host name)
+
+
+@dataclass(eq=False)
+class _Child:
+    """A host this process forwards a transfer to."""
+
+    conn: Connection
+    subtree: list[Host]
+    sent: int = 0  # stream bytes sent
+    acked: int = 0  # stream bytes it holds
+    opened: bool = False  # its first acknowledgement (where it resumes) came
+    done: bool = False  # it and its subtree hold everything
+
+
+class _Transfer:
+    """One transfer as this process holds it: its bytes, where they come from, and
+    the children it forwards them to (loop thread, once started)."""
+
+    def __init__(
+        self, bulk: Bulk, ident: int, sizes: Sequence[int], chunk: int, fanout: int
+    ) -> None:
+        self.bulk = bulk
+        self.ident = ident
+        self.sizes = list(sizes)
+        self.starts = list(itertools.accumulate([0, *self.sizes[:-1]]))
+        self.total = sum(self.sizes)
+        self.chunk = chunk
+        self.fanout = fanout
+        self.views: list[memoryview] = []
+        self.inodes: list[int | None] = []  # each part's segment (None: in plain memory)
+        for size in self.sizes:
+            if size >= max(1, bulk.runtime.config.shm_threshold):
+                view, inode = segment_pool.reserve(size)
+                self.views.append(view)
+                self.inodes.append(inode)
+            else:
+                self.views.append(memoryview(bytearray(size)))
+                self.inodes.append(None)
+        self.have = 0
+        self.parent: Connection | None = None
+        self.children: dict[Connection, _Child] = {}
+        self.opening = 0  # children being dialled
+        self.done = False  # this host and its subtree hold everything (reported up)
+        self.delivered = False  # its cast went to the workers (always, for a sender)
+        self.req_id = 0  # the registration that hears of lost connections
+
+    # -- the bytes --------------------------------------------------------------------------
+
+    def fill(self, parts: Sequence[Any]) -> None:
+        """The sender's copy: ``parts`` are the transfer's, whole."""
+        for view, part in zip(self.views, parts, strict=True):
+            source = part if isinstance(part, memoryview) else memoryview(part)
+            view[:] = source.cast("B") if source.format != "B" or source.ndim != 1 else source
+        self.have = self.total
+
+    def receive(self, offset: int, data: memoryview) -> None:
+        """A chunk at stream ``offset`` (== ``have``) came from the parent."""
+        length = nbytes(data)
+        if piece(self.starts, self.total, offset, length, offset + length) != length:
+            raise ValueError(f"a bulk chunk of {length} bytes at {offset} crosses a part")
+        view = data if data.format == "B" and data.ndim == 1 else data.cast("B")
+        self.view_at(offset, length)[:] = view
+        self.have += length
+
+    def view_at(self, offset: int, length: int) -> memoryview:
+        """The bytes of the stream at ``offset`` (within one part)."""
+        part = bisect.bisect_right(self.starts, offset) - 1
+        local = offset - self.starts[part]
+        return self.views[part][local : local + length]
+
+    # -- forwarding -------------------------------------------------------------------------
+
+    def start(self, parent: Connection | None, subtree: Sequence[Host]) -> None:
+        """Begin forwarding to this host's children (loop thread)."""
+        self.parent = parent
+        self.req_id = self.bulk.runtime.register(_LostLinks(self))
+        self.open(children(list(subtree[1:]), self.fanout))
+        self.ack()
+
+    def open(self, subtrees: list[list[Host]]) -> None:
+        for subtree in subtrees:
+            self.opening += 1
+            self.bulk.runtime.loop.create_task(self._open(subtree))
+
+    async def _open(self, subtree: list[Host]) -> None:
+        address = subtree[0][0]
+        runtime = self.bulk.runtime
+        try:
+            conn = runtime.known_connection(address)
+            if conn is None:
+                # Dialling and the handshake block: not on the loop.
+                conn = await asyncio.to_thread(runtime.connection, address)
+            conn.send([headers.encode(self._open_header(subtree))])
+        except Exception as error:  # unreachable (ActorDiedError, TransportClosed, OSError)
+            self.opening -= 1
+            self._replace(subtree, f"cannot reach it: {error}")
+            return
+        self.opening -= 1
+        if self.finished:
+            return
+        child = _Child(conn, subtree)
+        self.children[conn] = child
+        if conn.closed:
+            self.lost(conn, "its connection closed")
+
+    def _open_header(self, subtree: list[Host]) -> headers.BulkOpen:
+        return headers.BulkOpen(self.ident, self.sizes, self.chunk, self.fanout, subtree)
+
+    def _replace(self, subtree: list[Host], why: str) -> None:
+        """The head of ``subtree`` will not get the data from here: feed its children."""
+        below = subtree[1:]
+        log.warning(
+            "bulk transfer %x: the host agent on %s (%s) %s; sending to the %d host(s) "
+            "after it from here",
+            self.ident,
+            subtree[0][1],
+            subtree[0][0],
+            why,
+            len(below),
+        )
+        self.open(children(below, self.fanout))
+        self.check_done()
+
+    def lost(self, conn: Connection, reason: str) -> None:
+        """``conn`` closed: a child's (loop thread)."""
+        child = self.children.pop(conn, None)
+        if child is not None and not child.done:
+            self._replace(child.subtree, f"is gone ({reason})")
+
+    def on_ack(self, conn: Connection, have: int, done: bool) -> None:
+        child = self.children.get(conn)
+        if child is None:
+            return
+        if not child.opened:
+            child.opened = True
+            child.sent = have  # it resumes where it stands (an adopted child may hold some)
+        child.acked = max(child.acked, have)
+        child.done = done
+        self.pump(child)
+        self.check_done()
+
+    def pump(self, child: _Child) -> None:
+        """Send ``child`` what it lacks of what is here, within the window."""
+        if not child.opened:
+            return
+        window = _WINDOW * self.chunk
+        try:
+            while child.sent < self.have and child.sent - child.acked < window:
+                length = piece(self.starts, self.total, child.sent, self.chunk, self.have)
+                header = headers.encode(headers.BulkData(self.ident, child.sent))
+                child.conn.send([header, self.view_at(child.sent, length)])
+                child.sent += length
+        except TransportClosed:
+            pass  # its loss is reported (lost) on the loop
+
+    def pump_all(self) -> None:
+        for child in list(self.children.values()):
+            self.pump(child)
+
+    def ack(self) -> None:
+        """Tell the parent how much is here (and whether the subtree is done)."""
+        if self.parent is not None:
+            frame = [headers.encode(headers.BulkAck(self.ident, self.have, self.done))]
+            with contextlib.suppress(TransportClosed):
+                self.parent.send(frame)
+
+    def check_done(self) -> None:
+        if (
+            not self.done
+            and self.have == self.total
+            and self.opening == 0
+            and all(child.done for child in self.children.values())
+        ):
+            self.done = True
+            self.ack()
+        self.bulk.settle(self)
+
+    @property
+    def finished(self) -> bool:
+        return self.done and self.delivered
+
+    def close(self) -> None:
+        """Let the memory go (loop thread): the workers' loans keep their segments."""
+        self.bulk.runtime.forget(self.req_id)
+        for view, inode in zip(self.views, self.inodes, strict=True):
+            view.release()
+            if inode is not None:
+                segment_pool.release(inode)
+        self.views = []
+
+
+class _LostLinks:
+    """Hears of every lost connection while a transfer runs (a core ``ReplyHandler``
+    that no reply ever reaches)."""
+
+    def __init__(self, transfer: _Transfer) -> None:
+        self.transfer = transfer
+
+    def on_reply(self, rank: int, ok: bool, parts: list[memoryview]) -> bool:
+        return False
+
+    def on_lost(self, conn: Connection, reason: str) -> bool:
+        self.transfer.lost(conn, reason)
+        return False
+
+
+class Bulk:
+    """A process' part in bulk transfers: as a sender (``cast``), and, in a host agent
+    (``serve_casts``), receiving, forwarding and delivering (see the module docstring).
+
+    Args:
+        runtime: this process' runtime; the frame kinds of bulk data are handled on it.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.transfers: dict[int, _Transfer] = {}
+        self._deliver: Deliver | None = None
+        # Frames for this host's workers that came after a bulk cast still arriving
+        # (with their handlers), in order; the head is that cast.
+        self._held: deque[tuple[Callable[..., None], Connection, Any, list[Any]]] = deque()
+        runtime.frame_kinds[headers.BULK_OPEN] = self._on_open
+        runtime.frame_kinds[headers.BULK_DATA] = self._on_data
+        runtime.frame_kinds[headers.BULK_ACK] = self._on_ack
+        runtime.frame_kinds[headers.BULK_CAST] = self._on_cast
+
+    # -- the sender -------------------------------------------------------------------------
+
+    def cast(
+        self,
+        groups: list[list[tuple[Any, tuple[int, ...], Any]]],
+        frames: Sequence[tuple[Connection, tuple[int, ...], Any, list[Any]]],
+        gather: int,
+        combine: bytes | None,
+        failed: list[tuple[tuple[int, ...], str]],
+    ) -> list[list[tuple[Any, tuple[int, ...], Any]]]:
+        """Send the casts of ``groups`` (``send_frames``' groups of frames for the
+        workers of one agent, ``(RelayConnection, ranks, header)``) whose parts are
+        shared by several agents and large enough as bulk casts; the groups left for
+        the caller to send as usual. Ranks that could not be reached go to ``failed``.
+        """
+        config = self.runtime.config
+        if not config.bulk_threshold:
+            return groups
+        by_parts: dict[int, list[list[tuple[Any, tuple[int, ...], Any]]]] = {}
+        parts_of: dict[int, list[Any]] = {}
+        for group in groups:
+            first = group[0][0]
+            parts = next(p for c, r, h, p in frames if c is first)
+            by_parts.setdefault(id(parts), []).append(group)
+            parts_of[id(parts)] = parts
+        left = []
+        for key, same in by_parts.items():
+            casts = [
+                (
+                    group[0][0].link.conn,
+                    group[0][0].link.process.listen_path,
+                    group[0][0].link.hostname,
+                    [(c.peer, r, headers.encode(h)) for c, r, h in group],
+                )
+                for group in same
+            ]
+            lost = self.send(casts, parts_of[key], gather, combine)
+            if lost is None:
+                left.extend(same)
+                continue
+            for index in lost:
+                failed.extend(
+                    (r, "the host agent's connection is closed") for _, r, _ in same[index]
+                )
+        return left
+
+    def send(
+        self, groups: Sequence[Group], parts: Sequence[Any], gather: int, combine: bytes | None
+    ) -> list[int] | None:
+        """One cast to the workers of several agents, its large parts as one transfer
+        (any thread); the indexes of the groups whose agent was unreachable, or
+        ``None`` when the parts are too small for it (nothing was sent)."""
+        config = self.runtime.config
+        least = max(1, config.shm_threshold)
+        places = [index for index, part in enumerate(parts) if nbytes(part) >= least]
+        sizes = [nbytes(parts[index]) for index in places]
+        if len(groups) < 2 or not sizes or sum(sizes) < config.bulk_threshold:
+            return None
+        transfer = _Transfer(
+            self, secrets.randbits(62), sizes, config.bulk_chunk, config.bulk_fanout
+        )
+        # A copy of our own: the caller may change its tensors once the call returns,
+        # while the chain still reads them.
+        transfer.fill([parts[index] for index in places])
+        transfer.delivered = True
+        bulky = set(places)
+        inline = [part for index, part in enumerate(parts) if index not in bulky]
+        lost = []
+        hosts: list[Host] = []
+        for index, (conn, address, host, targets) in enumerate(groups):
+            header = headers.BulkCast(transfer.ident, gather, targets, combine, places)
+            try:
+                conn.send([headers.encode(header), *inline])
+            except TransportClosed:
+                lost.append(index)
+                continue
+            hosts.append((address, host))
+        self.runtime.call_soon(self._start, transfer, hosts)
+        return lost
+
+    def _start(self, transfer: _Transfer, hosts: list[Host]) -> None:
+        self.transfers[transfer.ident] = transfer
+        transfer.start(None, [("", "sender"), *hosts])
+        transfer.check_done()
+
+    # -- an agent ---------------------------------------------------------------------------
+
+    def serve_casts(self, deliver: Deliver, kinds: Sequence[int]) -> None:
+        """This process is a host agent: bulk casts go to ``deliver`` once their data is
+        in, and frames of ``kinds`` (those for its workers) wait behind them, in order."""
+        self._deliver = deliver
+        for kind in kinds:
+            handler = self.runtime.frame_kinds[kind]
+            self.runtime.frame_kinds[kind] = functools.partial(self._in_order, handler)
+
+    def _in_order(
+        self, handler: Callable[..., None], conn: Connection, header: Any, parts: list[Any]
+    ) -> None:
+        if self._held:
+            self._held.append((handler, conn, header, parts))
+        else:
+            handler(conn, header, parts)
+
+    def _on_cast(self, conn: Connection, header: tuple[Any, ...], parts: list[Any]) -> None:
+        if self._deliver is None:
+            raise ValueError("a bulk cast reached a process that is no host agent")
+        self._held.append((self._deliver_cast, conn, header, parts))
+        self._release_held()
+
+    def _release_held(self) -> None:
+        while self._held:
+            handler, conn, header, parts = self._held[0]
+            if handler == self._deliver_cast:
+                transfer = self.transfers.get(headers.read(headers.BulkCast, header).transfer)
+                if transfer is None or transfer.have < transfer.total:
+                    return  # its data is still coming
+            self._held.popleft()
+            try:
+                handler(conn, header, parts)
+            except Exception:
+                log.exception("failed to handle a frame held behind a bulk cast")
+
+    def _deliver_cast(self, conn: Connection, header: tuple[Any, ...], parts: list[Any]) -> None:
+        cast = headers.read(headers.BulkCast, header)
+        transfer = self.transfers[cast.transfer]
+        places = dict(zip(cast.places, range(len(cast.places)), strict=True))
+        inline = iter(parts[1:])
+        full = [
+            transfer.views[places[index]] if index in places else next(inline)
+            for index in range(len(places) + len(parts) - 1)
+        ]
+        share = SegmentShare()
+        for index, which in places.items():
+            inode = transfer.inodes[which]
+            if inode is not None:
+                # A worker's frame is its own header, then these parts: index + 1.
+                share.holding(index + 1, inode)
+        assert self._deliver is not None
+        wire = (headers.CAST, cast.gather, cast.targets, cast.combine)
+        self._deliver(conn, wire, [parts[0], *full], share)
+        del full
+        transfer.delivered = True
+        self.settle(transfer)
+
+    def _on_open(self, conn: Connection, header: tuple[Any, ...], parts: list[Any]) -> None:
+        opened = headers.read(headers.BulkOpen, header)
+        transfer = self.transfers.get(opened.transfer)
+        if transfer is not None:
+            # A new parent: the old one is gone. It sends from what we hold.
+            transfer.parent = conn
+            transfer.ack()
+            return
+        transfer = _Transfer(self, opened.transfer, opened.sizes, opened.chunk, opened.fanout)
+        self.transfers[opened.transfer] = transfer
+        transfer.start(conn, [tuple(host) for host in opened.hosts])  # type: ignore[misc]
+
+    def _on_data(self, conn: Connection, header: tuple[Any, ...], parts: list[Any]) -> None:
+        ident, offset = headers.read(headers.BulkData, header)
+        transfer = self.transfers.get(ident)
+        if transfer is None or conn is not transfer.parent or offset != transfer.have:
+            return  # a parent we left (it was cut off): the new one sends this again
+        transfer.receive(offset, parts[1])
+        transfer.ack()
+        transfer.pump_all()
+        if transfer.have == transfer.total:
+            self._release_held()
+            transfer.check_done()
+
+    def _on_ack(self, conn: Connection, header: tuple[Any, ...], parts: list[Any]) -> None:
+        ack = headers.read(headers.BulkAck, header)
+        transfer = self.transfers.get(ack.transfer)
+        if transfer is not None:
+            transfer.on_ack(conn, ack.have, ack.done)
+
+    def settle(self, transfer: _Transfer) -> None:
+        """Let a transfer go once its subtree holds everything and its cast went out."""
+        if transfer.finished and self.transfers.get(transfer.ident) is transfer:
+            del self.transfers[transfer.ident]
+            transfer.close()
