@@ -74,6 +74,14 @@ from typing import Any, NamedTuple, TypeVar
 from ._dispatch import entry_for, frame_table
 
 __all__ = [
+    "BULK_ACK",
+    "BULK_CAST",
+    "BULK_DATA",
+    "BULK_OPEN",
+    "BulkAck",
+    "BulkCast",
+    "BulkData",
+    "BulkOpen",
     "CALL",
     "CANCEL",
     "CAST",
@@ -122,14 +130,6 @@ __all__ = [
     "decode",
     "encode",
     "read",
-    "BULK_ACK",
-    "BULK_CAST",
-    "BULK_DATA",
-    "BULK_OPEN",
-    "BulkAck",
-    "BulkCast",
-    "BulkData",
-    "BulkOpen",
 ]
 
 HELLO, SPAWN, CALL, REPLY, FAILURE, STOP_MESH, CANCEL, SHUTDOWN = range(1, 9)

@@ -34,12 +34,14 @@ import functools
 import itertools
 import logging
 import secrets
+import socket
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._core import headers
+from .._core import error_payload, headers
+from .._exceptions import ActorDiedError
 from .._transport import Connection, SegmentShare, TransportClosed, nbytes, segment_pool
 from ._bulk_plan import children, piece
 
@@ -70,6 +72,7 @@ class _Child:
     acked: int = 0  # stream bytes it holds
     opened: bool = False  # its first acknowledgement (where it resumes) came
     done: bool = False  # it and its subtree hold everything
+    heard: float = 0.0  # when it last acknowledged (loop time)
 
 
 class _Transfer:
@@ -98,11 +101,13 @@ class _Transfer:
                 self.inodes.append(None)
         self.have = 0
         self.parent: Connection | None = None
+        self.subtree: list[Host] = []
         self.children: dict[Connection, _Child] = {}
         self.opening = 0  # children being dialled
         self.done = False  # this host and its subtree hold everything (reported up)
         self.delivered = False  # its cast went to the workers (always, for a sender)
         self.req_id = 0  # the registration that hears of lost connections
+        self.progressed = bulk.runtime.loop.time()  # when bytes last came in
 
     # -- the bytes --------------------------------------------------------------------------
 
@@ -121,6 +126,7 @@ class _Transfer:
         view = data if data.format == "B" and data.ndim == 1 else data.cast("B")
         self.view_at(offset, length)[:] = view
         self.have += length
+        self.progressed = self.bulk.runtime.loop.time()
 
     def view_at(self, offset: int, length: int) -> memoryview:
         """The bytes of the stream at ``offset`` (within one part)."""
@@ -130,11 +136,13 @@ class _Transfer:
 
     # -- forwarding -------------------------------------------------------------------------
 
-    def start(self, parent: Connection | None, subtree: Sequence[Host]) -> None:
-        """Begin forwarding to this host's children (loop thread)."""
+    def start(self, parent: Connection | None, subtree: Sequence[Host], fanout: int = 0) -> None:
+        """Begin forwarding to this host's children, ``fanout`` of them if given
+        (loop thread)."""
         self.parent = parent
+        self.subtree = list(subtree)  # this host first, then those it feeds, in preorder
         self.req_id = self.bulk.runtime.register(_LostLinks(self))
-        self.open(children(list(subtree[1:]), self.fanout))
+        self.open(children(list(subtree[1:]), fanout or self.fanout))
         self.ack()
 
     def open(self, subtrees: list[list[Host]]) -> None:
@@ -158,7 +166,7 @@ class _Transfer:
         self.opening -= 1
         if self.finished:
             return
-        child = _Child(conn, subtree)
+        child = _Child(conn, subtree, heard=runtime.loop.time())
         self.children[conn] = child
         if conn.closed:
             self.lost(conn, "its connection closed")
@@ -196,6 +204,7 @@ class _Transfer:
             child.sent = have  # it resumes where it stands (an adopted child may hold some)
         child.acked = max(child.acked, have)
         child.done = done
+        child.heard = self.bulk.runtime.loop.time()
         self.pump(child)
         self.check_done()
 
@@ -234,6 +243,22 @@ class _Transfer:
             self.done = True
             self.ack()
         self.bulk.settle(self)
+
+    def cut_stalled(self, now: float, stall: float) -> None:
+        """Cut off children that lack bytes held here and acknowledged nothing for
+        ``stall`` seconds (frozen, or the link to them cut): their children are fed
+        from here instead (``lost``)."""
+        for child in list(self.children.values()):
+            if child.acked < self.have and now - child.heard > stall:
+                log.warning(
+                    "bulk transfer %x: the host agent on %s (%s) acknowledged nothing for "
+                    "%.0f s; cutting it off",
+                    self.ident,
+                    child.subtree[0][1],
+                    child.subtree[0][0],
+                    now - child.heard,
+                )
+                child.conn.close()  # reported as lost, on the loop
 
     @property
     def finished(self) -> bool:
@@ -283,6 +308,7 @@ class Bulk:
         runtime.frame_kinds[headers.BULK_DATA] = self._on_data
         runtime.frame_kinds[headers.BULK_ACK] = self._on_ack
         runtime.frame_kinds[headers.BULK_CAST] = self._on_cast
+        self._watching = False
 
     # -- the sender -------------------------------------------------------------------------
 
@@ -366,7 +392,9 @@ class Bulk:
 
     def _start(self, transfer: _Transfer, hosts: list[Host]) -> None:
         self.transfers[transfer.ident] = transfer
-        transfer.start(None, [("", "sender"), *hosts])
+        # The sender feeds one agent, whatever the fan-out: its link carries the bytes
+        # once (the agents below split the rest).
+        transfer.start(None, [("", "sender"), *hosts], fanout=1)
         transfer.check_done()
 
     # -- an agent ---------------------------------------------------------------------------
@@ -439,6 +467,7 @@ class Bulk:
         transfer = _Transfer(self, opened.transfer, opened.sizes, opened.chunk, opened.fanout)
         self.transfers[opened.transfer] = transfer
         transfer.start(conn, [tuple(host) for host in opened.hosts])  # type: ignore[misc]
+        self._watch()
 
     def _on_data(self, conn: Connection, header: tuple[Any, ...], parts: list[Any]) -> None:
         ident, offset = headers.read(headers.BulkData, header)
@@ -457,6 +486,71 @@ class Bulk:
         transfer = self.transfers.get(ack.transfer)
         if transfer is not None:
             transfer.on_ack(conn, ack.have, ack.done)
+
+    # -- stalls -----------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Check the transfers for stalls now and then while there are any (loop)."""
+        if not self._watching and self.transfers:
+            self._watching = True
+            self.runtime.loop.call_later(self._stall / 4, self._check_stalls)
+
+    @property
+    def _stall(self) -> float:
+        return self.runtime.config.heartbeat_timeout
+
+    def _check_stalls(self) -> None:
+        self._watching = False
+        now, stall = self.runtime.loop.time(), self._stall
+        for transfer in list(self.transfers.values()):
+            if transfer.parent is None:
+                continue  # a sender's children are its agents: its heartbeats watch them
+            transfer.cut_stalled(now, stall)
+            # Twice the time a parent takes to cut off a stalled child and feed the
+            # hosts after it: by then, no data is coming.
+            if transfer.have < transfer.total and now - transfer.progressed > 2 * stall:
+                self._give_up(transfer, now - transfer.progressed)
+        self._watch()
+
+    def _give_up(self, transfer: _Transfer, silent: float) -> None:
+        """No data came for too long: the casts waiting for it fail their ranks here."""
+        runtime = self.runtime
+        upstream = "" if transfer.parent is None else f" from {transfer.parent.peer}"
+        here = f"{runtime.address} ({socket.gethostname()})"
+        why = (
+            f"the bulk data of this call stopped arriving at the host agent {here}"
+            f"{upstream} for {silent:.0f} s: an agent before it in the chain is frozen, "
+            "or the link to it is cut"
+        )
+        log.warning("bulk transfer %x: %s", transfer.ident, why)
+        transfer.progressed = runtime.loop.time()
+        kept: deque[tuple[Callable[..., None], Connection, Any, list[Any]]] = deque()
+        for entry in self._held:
+            _, conn, header, _ = entry
+            if header[0] == headers.BULK_CAST and header[1] == transfer.ident:
+                self._fail_cast(conn, headers.read(headers.BulkCast, header), why)
+            else:
+                kept.append(entry)
+        self._held = kept
+        transfer.delivered = True  # nothing to deliver any more; it may still forward
+        self._release_held()
+        self.settle(transfer)
+
+    def _fail_cast(self, conn: Connection, cast: headers.BulkCast, why: str) -> None:
+        """Answer every rank of ``cast`` that waits for an answer with ``why``."""
+        error = ActorDiedError(why, reason=why)
+        for _, ranks, inner in cast.targets:
+            header = headers.decode(inner)
+            if header[0] != headers.CALL:
+                continue
+            call = headers.read(headers.Call, header)
+            if not call.req_id:
+                continue
+            for rank in ranks:
+                payload = error_payload(error, mesh=call.mesh_id, point={}, endpoint=call.endpoint)
+                reply = headers.encode(headers.Reply(call.req_id, rank, False))
+                with contextlib.suppress(TransportClosed):
+                    conn.send([reply, payload])
 
     def settle(self, transfer: _Transfer) -> None:
         """Let a transfer go once its subtree holds everything and its cast went out."""

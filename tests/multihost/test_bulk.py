@@ -1,0 +1,181 @@
+"""Bulk data of a cast down a chain of host agents, across rate-limited namespaces.
+
+Four namespace hosts whose links send at most 50 Mbit/s each way (``tc``), one agent
+and two workers each; the controller is this test process. A cast of a few MiB goes
+down the chain (``Config.bulk_threshold`` lowered for it): every worker must get bytes
+identical to the payload, in the one shared-memory copy of its host, the controller
+must send the payload once, and an agent killed in the middle of the chain must fail
+its own ranks only, the hosts after it getting the data from its parent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from multihost_actors import Keeper
+from multihost_support import Network
+
+import actormesh
+from actormesh import ActorDiedError, ActorMesh, HostMesh, host_mesh
+from actormesh._core import headers
+from actormesh._hosts import Runtime
+from actormesh.allocators import ExternalAllocator
+from actormesh.testing import namespace_hosts, wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def network() -> Iterator[Network]:
+    """Four namespaces whose every link runs at 50 Mbit/s (a shadow of conftest's)."""
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        pytest.skip("bulk tests need the ip and tc commands (iproute2)")
+    try:
+        hosts = namespace_hosts(4, rate="50mbit")
+        network = hosts.__enter__()
+    except PermissionError as error:
+        pytest.skip(f"multi-host tests need 'ip netns' (root): {error}")
+    try:
+        yield network
+    finally:
+        hosts.__exit__(None, None, None)
+
+
+@pytest.fixture
+def chain(network: Network, monkeypatch: pytest.MonkeyPatch) -> Iterator[ActorMesh[Keeper]]:
+    """Keepers on the four hosts (two workers each), bulk casts from 1 MiB on."""
+    runtime = Runtime.get()
+    config = runtime.config.replace(bulk_threshold=MIB, bulk_chunk=64 << 10, bulk_fanout=1)
+    monkeypatch.setattr(runtime, "config", config)
+    allocator = ExternalAllocator(f"{network.controller_ip}:0", timeout=60)
+    address = allocator.listen().removeprefix("tcp://")
+    assert allocator.secret is not None
+    future = host_mesh(4, allocator=allocator)
+    agents = [network.start_agent(host, address, allocator.secret) for host in network.hosts]
+    hosts: HostMesh = future.get(timeout=60)
+    failures: list[actormesh.Failure] = []
+    actormesh.set_failure_hook(failures.append)  # a killed agent's ranks: expected
+    try:
+        procs = hosts.spawn_procs(per_host={"gpus": 2})
+        yield procs.spawn("keeper", Keeper)
+        procs.stop().get(timeout=60)
+        hosts.shutdown().get(timeout=60)
+    finally:
+        actormesh.set_failure_hook(None)
+        allocator.close()
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+            agent.wait(timeout=15)
+
+
+def _payload(size: int) -> tuple[Any, str]:
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
+    return data, hashlib.sha256(memoryview(data)).hexdigest()
+
+
+class _SentBytes:
+    """Bytes the controller sends to its agents, by frame kind."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.by_kind: dict[int, int] = {}
+        for conn in Runtime.get().agents:
+
+            def counting(parts: Any, share: Any = None, _send: Any = conn.send) -> None:
+                kind = headers.decode(parts[0])[0]
+                size = sum(memoryview(part).nbytes for part in parts)
+                self.by_kind[kind] = self.by_kind.get(kind, 0) + size
+                _send(parts, share)
+
+            monkeypatch.setattr(conn, "send", counting)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_kind.values())
+
+
+@pytest.mark.parametrize("fanout", [1, 2])
+def test_a_large_cast_leaves_the_controller_once_and_every_worker_maps_its_hosts_copy(
+    chain: ActorMesh[Keeper], fanout: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = Runtime.get()
+    monkeypatch.setattr(runtime, "config", runtime.config.replace(bulk_fanout=fanout))
+    data, want = _payload(4 * MIB)
+    sent = _SentBytes(monkeypatch)
+    chain.take.broadcast(data)
+    # Asked right after, with no wait: each agent holds this call behind the bulk cast
+    # until its data is in, so every actor already has it.
+    digests = chain.digest.call().get(timeout=120)
+    assert list(digests.values()) == [want] * 8
+    # Once down the chain, not once per host (a star sends 4 x 4 MiB).
+    assert 4 * MIB <= sent.by_kind.get(headers.BULK_DATA, 0) < 4 * MIB + 16 * 1024
+    assert sent.total < 4 * MIB + 64 * 1024  # the rest: headers, the small casts
+    mappings = list(chain.mapping.call().get(timeout=60).values())
+    for host in range(4):
+        (name, inode), (_, other_inode) = mappings[2 * host : 2 * host + 2]
+        # The two workers of a host map one memory file, the agent's: no copy each.
+        assert "memfd:actormesh" in name and inode == other_inode != 0
+    assert len({inode for _, inode in mappings}) == 4
+    assert runtime.bulk.transfers == {}  # the controller's copy was let go
+
+
+def test_an_agent_killed_mid_chain_fails_its_ranks_and_the_hosts_after_it_still_get_the_data(
+    chain: ActorMesh[Keeper],
+) -> None:
+    runtime = Runtime.get()
+    data, want = _payload(16 * MIB)  # about 2.7 s per 50 Mbit/s link
+    future = chain.take.call(data)
+    wait_until(lambda: bool(runtime.bulk.transfers), 30, "the transfer to start")
+    (transfer,) = runtime.bulk.transfers.values()
+    # The chain's order: the controller feeds its first host, which feeds the second...
+    second = transfer.subtree[2][0]
+    (link,) = [link for link in runtime.agents.values() if link.process.listen_path == second]
+    wait_until(
+        lambda: any(child.acked >= 2 * MIB for child in transfer.children.values()),
+        60,
+        "the first host to hold 2 MiB",
+    )
+    os.kill(link.process.pid, signal.SIGKILL)  # the second agent, mid-transfer
+    with pytest.raises(ActorDiedError, match="host agent"):
+        future.get(timeout=120)
+    hosts = [address for address, _ in transfer.subtree[1:]]
+    dead = hosts.index(second)
+    for index in range(4):
+        if index == dead:
+            continue
+        # Held at each live agent behind the bulk cast: answered once its data is in.
+        digests = chain.slice(hosts=index).digest.call().get(timeout=120)
+        assert list(digests.values()) == [want] * 2, f"host {index}"
+    wait_until(lambda: runtime.bulk.transfers == {}, 60, "the controller to let its copy go")
+
+
+def test_the_agents_chain_dials_each_other_with_the_jobs_secret(
+    network: Network, chain: ActorMesh[Keeper]
+) -> None:
+    data, _ = _payload(2 * MIB)
+    assert set(chain.take.call(data).get(timeout=120).values()) == {2 * MIB}
+    # A peer without the secret is refused by an agent's listener before any frame.
+    link = next(iter(Runtime.get().agents.values()))
+    host, port = link.process.listen_path.removeprefix("tcp://").rsplit(":", 1)
+    probe = (
+        "import sys; from actormesh._transport import connect_tcp; "
+        "connect_tcp(sys.argv[1], int(sys.argv[2]), secret='wrong', timeout=5)"
+    )
+    done = subprocess.run(
+        ["ip", "netns", "exec", network.hosts[3].netns, sys.executable, "-c", probe, host, port],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "Authentication" in done.stderr
