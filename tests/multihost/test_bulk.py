@@ -53,6 +53,13 @@ def network() -> Iterator[Network]:
 
 
 @pytest.fixture
+def quick_stalls(monkeypatch: pytest.MonkeyPatch) -> float:
+    """Agents started after this give up on a silent peer after 3 s (not 30)."""
+    monkeypatch.setenv("ACTORMESH_HEARTBEAT_TIMEOUT", "3")
+    return 3.0
+
+
+@pytest.fixture
 def chain(network: Network, monkeypatch: pytest.MonkeyPatch) -> Iterator[ActorMesh[Keeper]]:
     """Keepers on the four hosts (two workers each), bulk casts from 1 MiB on."""
     runtime = Runtime.get()
@@ -179,3 +186,67 @@ def test_the_agents_chain_dials_each_other_with_the_jobs_secret(
         timeout=60,
     )
     assert done.returncode != 0 and "Authentication" in done.stderr
+
+
+def _agent_link(chain: ActorMesh[Keeper], host: int) -> Any:
+    """The controller's link to the agent of ``host`` (the parent of its workers)."""
+    pid = chain.slice(hosts=host, gpus=0).parent.call_one().get(timeout=60)
+    (link,) = [link for link in Runtime.get().agents.values() if link.process.pid == pid]
+    return link
+
+
+def _ip(link: Any) -> str:
+    return str(link.process.listen_path).removeprefix("tcp://").rsplit(":", 1)[0]
+
+
+def test_a_frozen_agent_mid_chain_is_cut_off_and_the_hosts_after_it_get_the_data(
+    quick_stalls: float, chain: ActorMesh[Keeper]
+) -> None:
+    runtime = Runtime.get()
+    host_of = {_agent_link(chain, host).process.listen_path: host for host in range(4)}
+    data, want = _payload(16 * MIB)
+    future = chain.take.call(data)
+    wait_until(lambda: bool(runtime.bulk.transfers), 30, "the transfer to start")
+    (transfer,) = runtime.bulk.transfers.values()
+    order = [address for address, _ in transfer.subtree[1:]]
+    (second,) = [link for link in runtime.agents.values() if link.process.listen_path == order[1]]
+    wait_until(
+        lambda: any(child.acked >= 2 * MIB for child in transfer.children.values()),
+        60,
+        "the first host to hold 2 MiB",
+    )
+    os.kill(second.process.pid, signal.SIGSTOP)  # frozen: its connections stay open
+    try:
+        for index, address in enumerate(order):
+            if address == order[1]:
+                continue
+            # Its parent cuts the frozen agent off after 3 s and feeds the hosts after it.
+            digests = chain.slice(hosts=host_of[address]).digest.call().get(timeout=120)
+            assert list(digests.values()) == [want] * 2, f"host {index} of the chain"
+    finally:
+        os.kill(second.process.pid, signal.SIGKILL)
+    with pytest.raises(ActorDiedError, match="host agent"):
+        future.get(timeout=120)
+
+
+def test_a_host_cut_off_from_the_agent_before_it_fails_its_ranks_naming_itself(
+    network: Network, quick_stalls: float, chain: ActorMesh[Keeper]
+) -> None:
+    first, second = _agent_link(chain, 0), _agent_link(chain, 1)
+    namespaces = {host.ip: host.netns for host in network.hosts}
+    cut = [(namespaces[_ip(first)], _ip(second)), (namespaces[_ip(second)], _ip(first))]
+    for netns, peer in cut:  # the two agents no longer reach each other; both reach us
+        subprocess.run(["ip", "-n", netns, "route", "add", "blackhole", peer], check=True)
+    try:
+        data, want = _payload(4 * MIB)
+        with pytest.raises(ActorDiedError, match="stopped arriving at the host agent") as caught:
+            chain.take.call(data).get(timeout=120)
+        assert _ip(second) in str(caught.value)  # the host that got nothing names itself
+        runtime = Runtime.get()
+        assert list(runtime.bulk.transfers) == []
+        for host in (0, 2, 3):  # the first agent fed the hosts after the cut-off one
+            digests = chain.slice(hosts=host).digest.call().get(timeout=120)
+            assert list(digests.values()) == [want] * 2, f"host {host}"
+    finally:
+        for netns, peer in cut:
+            subprocess.run(["ip", "-n", netns, "route", "del", "blackhole", peer], check=False)

@@ -309,6 +309,10 @@ class Bulk:
         runtime.frame_kinds[headers.BULK_ACK] = self._on_ack
         runtime.frame_kinds[headers.BULK_CAST] = self._on_cast
         self._watching = False
+        # Since when each held bulk cast waits (by transfer), and transfers whose cast
+        # was failed for want of data (a late parent may still feed this host's subtree).
+        self._held_since: dict[int, float] = {}
+        self._abandoned: set[int] = set()
 
     # -- the sender -------------------------------------------------------------------------
 
@@ -418,8 +422,11 @@ class Bulk:
     def _on_cast(self, conn: Connection, header: tuple[Any, ...], parts: list[Any]) -> None:
         if self._deliver is None:
             raise ValueError("a bulk cast reached a process that is no host agent")
+        ident = headers.read(headers.BulkCast, header).transfer
+        self._held_since[ident] = self.runtime.loop.time()
         self._held.append((self._deliver_cast, conn, header, parts))
         self._release_held()
+        self._watch()
 
     def _release_held(self) -> None:
         while self._held:
@@ -450,6 +457,7 @@ class Bulk:
                 # A worker's frame is its own header, then these parts: index + 1.
                 share.holding(index + 1, inode)
         assert self._deliver is not None
+        self._held_since.pop(cast.transfer, None)
         wire = (headers.CAST, cast.gather, cast.targets, cast.combine)
         self._deliver(conn, wire, [parts[0], *full], share)
         del full
@@ -465,6 +473,7 @@ class Bulk:
             transfer.ack()
             return
         transfer = _Transfer(self, opened.transfer, opened.sizes, opened.chunk, opened.fanout)
+        transfer.delivered = opened.transfer in self._abandoned  # its cast failed already
         self.transfers[opened.transfer] = transfer
         transfer.start(conn, [tuple(host) for host in opened.hosts])  # type: ignore[misc]
         self._watch()
@@ -490,8 +499,8 @@ class Bulk:
     # -- stalls -----------------------------------------------------------------------------
 
     def _watch(self) -> None:
-        """Check the transfers for stalls now and then while there are any (loop)."""
-        if not self._watching and self.transfers:
+        """Check for stalls now and then while transfers run or casts wait (loop)."""
+        if not self._watching and (self.transfers or self._held_since):
             self._watching = True
             self.runtime.loop.call_later(self._stall / 4, self._check_stalls)
 
@@ -502,39 +511,43 @@ class Bulk:
     def _check_stalls(self) -> None:
         self._watching = False
         now, stall = self.runtime.loop.time(), self._stall
-        for transfer in list(self.transfers.values()):
-            if transfer.parent is None:
-                continue  # a sender's children are its agents: its heartbeats watch them
-            transfer.cut_stalled(now, stall)
+        for running in list(self.transfers.values()):
+            if running.parent is not None:  # (a sender's heartbeats watch its agents)
+                running.cut_stalled(now, stall)
+        for ident, since in list(self._held_since.items()):
+            transfer = self.transfers.get(ident)
+            last = since if transfer is None else max(since, transfer.progressed)
             # Twice the time a parent takes to cut off a stalled child and feed the
             # hosts after it: by then, no data is coming.
-            if transfer.have < transfer.total and now - transfer.progressed > 2 * stall:
-                self._give_up(transfer, now - transfer.progressed)
+            if now - last > 2 * stall and (transfer is None or transfer.have < transfer.total):
+                self._give_up(ident, transfer, now - last)
         self._watch()
 
-    def _give_up(self, transfer: _Transfer, silent: float) -> None:
-        """No data came for too long: the casts waiting for it fail their ranks here."""
+    def _give_up(self, ident: int, transfer: _Transfer | None, silent: float) -> None:
+        """No data came for too long: the cast waiting for it fails its ranks here."""
         runtime = self.runtime
-        upstream = "" if transfer.parent is None else f" from {transfer.parent.peer}"
-        here = f"{runtime.address} ({socket.gethostname()})"
+        parent = None if transfer is None else transfer.parent
+        upstream = " (none reached it)" if parent is None else f" from {parent.peer}"
         why = (
-            f"the bulk data of this call stopped arriving at the host agent {here}"
-            f"{upstream} for {silent:.0f} s: an agent before it in the chain is frozen, "
-            "or the link to it is cut"
+            f"the bulk data of this call stopped arriving at the host agent "
+            f"{runtime.address} on {socket.gethostname()}{upstream} for {silent:.0f} s: "
+            "an agent before it in the chain is frozen, or the link to it is cut"
         )
-        log.warning("bulk transfer %x: %s", transfer.ident, why)
-        transfer.progressed = runtime.loop.time()
+        log.warning("bulk transfer %x: %s", ident, why)
+        self._held_since.pop(ident, None)
+        self._abandoned.add(ident)
         kept: deque[tuple[Callable[..., None], Connection, Any, list[Any]]] = deque()
         for entry in self._held:
             _, conn, header, _ = entry
-            if header[0] == headers.BULK_CAST and header[1] == transfer.ident:
+            if header[0] == headers.BULK_CAST and header[1] == ident:
                 self._fail_cast(conn, headers.read(headers.BulkCast, header), why)
             else:
                 kept.append(entry)
         self._held = kept
-        transfer.delivered = True  # nothing to deliver any more; it may still forward
+        if transfer is not None:
+            transfer.delivered = True  # nothing to deliver any more; it may still forward
+            self.settle(transfer)
         self._release_held()
-        self.settle(transfer)
 
     def _fail_cast(self, conn: Connection, cast: headers.BulkCast, why: str) -> None:
         """Answer every rank of ``cast`` that waits for an answer with ``why``."""
