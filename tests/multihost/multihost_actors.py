@@ -105,11 +105,11 @@ class RayUser(Actor):
 class TorchPeer(Actor):
     """A small model, for process groups and weight sync across hosts."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, size: int = 256) -> None:
         import torch
 
         torch.manual_seed(seed)
-        self.model = torch.nn.Linear(256, 256)
+        self.model = torch.nn.Linear(size, size)
 
     @endpoint
     def all_reduce(self, value: float) -> float:
@@ -123,6 +123,12 @@ class TorchPeer(Actor):
     @endpoint
     def weight_sum(self) -> float:
         return float(sum(float(p.sum()) for p in self.model.parameters()))
+
+    @endpoint
+    def bulk_sent(self) -> int:
+        """Bytes this process sent as the source of bulk transfers."""
+        runtime = Runtime.current()
+        return runtime.bulk.sent_bytes if runtime is not None else 0
 
 
 class BufferOwner(Actor):

@@ -25,7 +25,7 @@ from multihost_actors import Keeper
 from multihost_support import Network
 
 import actormesh
-from actormesh import ActorDiedError, ActorMesh, HostMesh, host_mesh
+from actormesh import ActorDiedError, ActorMesh, HostMesh, ProcMesh, host_mesh
 from actormesh._core import headers
 from actormesh._hosts import Runtime
 from actormesh.allocators import ExternalAllocator
@@ -60,8 +60,10 @@ def quick_stalls(monkeypatch: pytest.MonkeyPatch) -> float:
 
 
 @pytest.fixture
-def chain(network: Network, monkeypatch: pytest.MonkeyPatch) -> Iterator[ActorMesh[Keeper]]:
-    """Keepers on the four hosts (two workers each), bulk casts from 1 MiB on."""
+def procs(network: Network, monkeypatch: pytest.MonkeyPatch) -> Iterator[ProcMesh]:
+    """Two workers on each of the four hosts; bulk casts from 1 MiB on, here and there."""
+    monkeypatch.setenv("ACTORMESH_BULK_THRESHOLD", str(MIB))  # (agents and workers)
+    monkeypatch.setenv("ACTORMESH_BULK_CHUNK", str(64 << 10))
     runtime = Runtime.get()
     config = runtime.config.replace(bulk_threshold=MIB, bulk_chunk=64 << 10, bulk_fanout=1)
     monkeypatch.setattr(runtime, "config", config)
@@ -75,7 +77,7 @@ def chain(network: Network, monkeypatch: pytest.MonkeyPatch) -> Iterator[ActorMe
     actormesh.set_failure_hook(failures.append)  # a killed agent's ranks: expected
     try:
         procs = hosts.spawn_procs(per_host={"gpus": 2})
-        yield procs.spawn("keeper", Keeper)
+        yield procs
         procs.stop().get(timeout=60)
         hosts.shutdown().get(timeout=60)
     finally:
@@ -85,6 +87,12 @@ def chain(network: Network, monkeypatch: pytest.MonkeyPatch) -> Iterator[ActorMe
             if agent.poll() is None:
                 agent.kill()
             agent.wait(timeout=15)
+
+
+@pytest.fixture
+def chain(procs: ProcMesh) -> ActorMesh[Keeper]:
+    """Keepers on every worker."""
+    return procs.spawn("keeper", Keeper)
 
 
 def _payload(size: int) -> tuple[Any, str]:
@@ -250,3 +258,21 @@ def test_a_host_cut_off_from_the_agent_before_it_fails_its_ranks_naming_itself(
     finally:
         for netns, peer in cut:
             subprocess.run(["ip", "-n", netns, "route", "del", "blackhole", peer], check=False)
+
+
+def test_sync_weights_sends_a_trainers_weights_down_the_generators_agents_once(
+    procs: ProcMesh,
+) -> None:
+    from multihost_actors import TorchPeer
+
+    from actormesh.torch import sync_weights
+
+    trainers = procs.slice(hosts=0, gpus=0).spawn("trainers", TorchPeer, 0, 1024)
+    generators = procs.slice(gpus=1).spawn("generators", TorchPeer, 1, 1024)  # 4 hosts
+    trained = trainers.weight_sum.call_one().get(timeout=60)
+    report = sync_weights(trainers, generators, version=1).get(timeout=120)
+    assert report.version == 1 and report.bytes > 4 * MIB  # a 1024 x 1024 float32 weight
+    assert list(generators.weight_sum.call().get(timeout=60).values()) == [trained] * 4
+    # The weight left the trainer once, down the generators' agents: not once per host.
+    sent = trainers.bulk_sent.call_one().get(timeout=60)
+    assert 4 * MIB <= sent < report.bytes + MIB

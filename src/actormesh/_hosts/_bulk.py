@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from .._core import error_payload, headers
 from .._exceptions import ActorDiedError
 from .._transport import Connection, SegmentShare, TransportClosed, nbytes, segment_pool
+from ._agent_link import RelayConnection
 from ._bulk_plan import children, piece
 
 if TYPE_CHECKING:
@@ -106,7 +107,6 @@ class _Transfer:
         self.opening = 0  # children being dialled
         self.done = False  # this host and its subtree hold everything (reported up)
         self.delivered = False  # its cast went to the workers (always, for a sender)
-        self.req_id = 0  # the registration that hears of lost connections
         self.progressed = bulk.runtime.loop.time()  # when bytes last came in
 
     # -- the bytes --------------------------------------------------------------------------
@@ -141,7 +141,6 @@ class _Transfer:
         (loop thread)."""
         self.parent = parent
         self.subtree = list(subtree)  # this host first, then those it feeds, in preorder
-        self.req_id = self.bulk.runtime.register(_LostLinks(self))
         self.open(children(list(subtree[1:]), fanout or self.fanout))
         self.ack()
 
@@ -266,7 +265,6 @@ class _Transfer:
 
     def close(self) -> None:
         """Let the memory go (loop thread): the workers' loans keep their segments."""
-        self.bulk.runtime.forget(self.req_id)
         for view, inode in zip(self.views, self.inodes, strict=True):
             view.release()
             if inode is not None:
@@ -274,19 +272,12 @@ class _Transfer:
         self.views = []
 
 
-class _LostLinks:
-    """Hears of every lost connection while a transfer runs (a core ``ReplyHandler``
-    that no reply ever reaches)."""
-
-    def __init__(self, transfer: _Transfer) -> None:
-        self.transfer = transfer
-
-    def on_reply(self, rank: int, ok: bool, parts: list[memoryview]) -> bool:
-        return False
-
-    def on_lost(self, conn: Connection, reason: str) -> bool:
-        self.transfer.lost(conn, reason)
-        return False
+def _untokened(header: Any) -> Any:
+    """A call's header without its reply route's token: its answer must reach the agent,
+    which gathers the replies of a bulk cast, not this process' route directly."""
+    if isinstance(header, headers.Call) and header.token is not None:
+        return header._replace(token=None)
+    return header
 
 
 class Bulk:
@@ -308,11 +299,17 @@ class Bulk:
         runtime.frame_kinds[headers.BULK_DATA] = self._on_data
         runtime.frame_kinds[headers.BULK_ACK] = self._on_ack
         runtime.frame_kinds[headers.BULK_CAST] = self._on_cast
+        runtime.connection_lost.append(self._lost)
         self._watching = False
         # Since when each held bulk cast waits (by transfer), and transfers whose cast
         # was failed for want of data (a late parent may still feed this host's subtree).
         self._held_since: dict[int, float] = {}
         self._abandoned: set[int] = set()
+        # Workers this process sends to but does not own, by address: their agent
+        # ``(address, host)``, as their owner told (``route``), so that its casts to
+        # them go down a chain too (a trainer's weights, in ``sync_weights``).
+        self.routes: dict[str, Host] = {}
+        self.sent_bytes = 0  # bytes this process sent as the source of transfers
 
     # -- the sender -------------------------------------------------------------------------
 
@@ -360,6 +357,68 @@ class Bulk:
                 )
         return left
 
+    def agents_of(self, paths: Sequence[str]) -> dict[str, Host]:
+        """The agents of this process' workers at ``paths`` (those it reaches through
+        one), to hand to another sender (``route``)."""
+        found = {}
+        for path in paths:
+            conn = self.runtime.known_connection(path)
+            if isinstance(conn, RelayConnection):
+                found[path] = (conn.link.process.listen_path, conn.link.hostname)
+        return found
+
+    def route(self, agents: dict[str, Host]) -> None:
+        """Send bulk casts to these workers (address -> their agent's ``(address,
+        host)``, from ``agents_of`` in their owner) through their agents."""
+        self.routes.update(agents)
+
+    def cast_routed(
+        self,
+        frames: Sequence[tuple[Connection, tuple[int, ...], Any, list[Any]]],
+        gather: int,
+        combine: bytes | None,
+        failed: list[tuple[tuple[int, ...], str]],
+    ) -> list[tuple[Connection, tuple[int, ...], Any, list[Any]]]:
+        """``cast`` for a sender that reaches the workers directly, not through agents
+        it owns: frames of a gathering call (its agents send the replies back to this
+        process) to workers with a ``route`` on several hosts, whose shared parts are
+        large enough, go as bulk casts to their agents (dialled here, with the job's
+        secret); the frames left for the caller to send as usual."""
+        if not gather or not self.runtime.config.bulk_threshold:
+            return list(frames)
+        left = []
+        by_parts: dict[int, dict[Host, list[tuple[Connection, tuple[int, ...], Any]]]] = {}
+        parts_of: dict[int, list[Any]] = {}
+        for conn, ranks, header, parts in frames:
+            agent = self.routes.get(conn.peer)
+            if agent is None:
+                left.append((conn, ranks, header, parts))
+                continue
+            by_parts.setdefault(id(parts), {}).setdefault(agent, []).append((conn, ranks, header))
+            parts_of[id(parts)] = parts
+        for key, agents in by_parts.items():
+            parts = parts_of[key]
+            groups: list[Group] = []
+            kept: list[tuple[Connection, tuple[int, ...], Any, list[Any]]] = []
+            for (address, host), group in agents.items():
+                reach: Connection | None = None
+                if len(agents) > 1:
+                    with contextlib.suppress(ActorDiedError):
+                        reach = self.runtime.connection(address)
+                if reach is None:  # sent to the workers directly
+                    kept.extend((c, r, h, parts) for c, r, h in group)
+                    continue
+                targets = [(c.peer, r, headers.encode(_untokened(h))) for c, r, h in group]
+                groups.append((reach, address, host, targets))
+            lost = self.send(groups, parts, gather, combine)
+            if lost is None:
+                kept = [(c, r, h, parts) for group in agents.values() for c, r, h in group]
+            else:
+                why = "its host agent is unreachable"
+                failed.extend((r, why) for index in lost for _, r, _ in groups[index][3])
+            left.extend(kept)
+        return left
+
     def send(
         self, groups: Sequence[Group], parts: Sequence[Any], gather: int, combine: bytes | None
     ) -> list[int] | None:
@@ -379,6 +438,7 @@ class Bulk:
         # while the chain still reads them.
         transfer.fill([parts[index] for index in places])
         transfer.delivered = True
+        self.sent_bytes += transfer.total
         bulky = set(places)
         inline = [part for index, part in enumerate(parts) if index not in bulky]
         lost = []
@@ -564,6 +624,10 @@ class Bulk:
                 reply = headers.encode(headers.Reply(call.req_id, rank, False))
                 with contextlib.suppress(TransportClosed):
                     conn.send([reply, payload])
+
+    def _lost(self, conn: Connection, reason: str) -> None:
+        for transfer in list(self.transfers.values()):
+            transfer.lost(conn, reason)
 
     def settle(self, transfer: _Transfer) -> None:
         """Let a transfer go once its subtree holds everything and its cast went out."""

@@ -483,6 +483,8 @@ class Runtime(CoreRuntime):
                 by_agent.setdefault((id(conn.link), id(parts)), []).append((conn, ranks, header))
             else:
                 direct.append((conn, ranks, header, parts))
+        if gather and self.bulk.routes:  # workers of agents another process owns (_bulk)
+            direct = self.bulk.cast_routed(direct, gather, combine, failed)
         shares: dict[int, SegmentShare] = {}
         if len(direct) > 1:
             readers = collections.Counter(id(parts) for _, _, _, parts in direct)
