@@ -2,9 +2,12 @@
 
 A cast to workers on several hosts whose large parts (weights, a code archive) add up
 to ``Config.bulk_threshold`` does not send those parts to every agent. The sender
-(the controller) sends each agent a small ``BULK_CAST`` (the cast, less those parts) on
-its own connection, where it keeps its place in the sender's order, and the large parts
-once, as one *transfer*, to the first agent of a chain; each agent writes the chunks
+(the controller; or a worker told the agents of the workers it sends to, ``route``, as
+a trainer in ``sync_weights`` is) sends each agent a small ``BULK_CAST`` (the cast, less
+those parts) on its own connection, where it keeps its place in the sender's order, and
+the large parts once, as one *transfer*, to the first agent of a chain (a sender feeds
+one agent whatever the fan-out: its link carries the bytes once); each agent writes the
+chunks
 into shared memory as they arrive and forwards each chunk to the next agents as soon
 as it holds it whole (``_bulk_plan``: ``Config.bulk_fanout`` children each, 1 being a
 chain), so every link carries the bytes once and the transfer takes about one link's
@@ -21,8 +24,11 @@ Failures: a child whose connection closes (its agent died, or its host) is repla
 by its own children, which its parent adopts and feeds from where each stands (a
 child's first acknowledgement says how much it already holds), so the hosts after a
 dead agent still get the data, from its nearest live ancestor, up to the sender
-itself. The dead host's ranks fail as on any agent loss. A sender keeps its copy until
-every host below it holds everything (``done`` acknowledgements).
+itself. The dead host's ranks fail as on any agent loss. A child that lacks data and
+acknowledged nothing for ``Config.heartbeat_timeout`` (frozen, or the link to it cut) is
+cut off and replaced the same way; an agent whose held cast got no data for twice that
+fails the cast's ranks here with an error naming this host (``_give_up``). A sender
+keeps its copy until every host below it holds everything (``done`` acknowledgements).
 """
 
 from __future__ import annotations
