@@ -15,10 +15,11 @@ time plus a chunk per hop. Once an agent holds the whole transfer it hands the c
 its workers with the parts in that same shared memory, lent to each (no copy), and
 only then the frames that came after the cast (``Bulk.serve_casts`` holds them).
 
-Flow control: a parent sends at most ``_WINDOW`` chunks beyond what a child has
-acknowledged (``BULK_ACK``), so a slow link backs up into the sender's memory no
-further than that. Agents reach each other over TCP with the job's secret, as any
-two processes of the job do (``CoreRuntime.connection``).
+Flow control: a parent sends at most ``WINDOW`` chunks (``_bulk_transfer``, which
+holds one transfer's bytes and children) beyond what a child has acknowledged
+(``BULK_ACK``), so a slow link backs up into the sender's memory no further than that.
+Agents reach each other over TCP with the job's secret, as any two processes of the job
+do (``CoreRuntime.connection``).
 
 Failures: a child whose connection closes (its agent died, or its host) is replaced
 by its own children, which its parent adopts and feeds from where each stands (a
@@ -33,24 +34,20 @@ keeps its copy until every host below it holds everything (``done`` acknowledgem
 
 from __future__ import annotations
 
-import asyncio
-import bisect
 import contextlib
 import functools
-import itertools
 import logging
 import secrets
 import socket
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._core import error_payload, headers
 from .._exceptions import ActorDiedError
-from .._transport import Connection, SegmentShare, TransportClosed, nbytes, segment_pool
+from .._transport import Connection, SegmentShare, TransportClosed, nbytes
 from ._agent_link import RelayConnection
-from ._bulk_plan import children, piece
+from ._bulk_transfer import Host, Transfer
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -59,223 +56,10 @@ __all__ = ["Bulk", "Deliver"]
 
 log = logging.getLogger("actormesh.hosts")
 
-# Chunks a parent sends beyond what a child acknowledged.
-_WINDOW = 16
-
 # An agent's cast handler: (conn, CAST wire header, parts after a header, share).
 Deliver = Callable[[Connection, tuple[Any, ...], list[Any], SegmentShare], None]
 # A group of one cast: (connection to the agent, its address, its host, its targets).
 Group = tuple[Connection, str, str, list[headers.CastTarget]]
-Host = tuple[str, str]  # (address, host name)
-
-
-@dataclass(eq=False)
-class _Child:
-    """A host this process forwards a transfer to."""
-
-    conn: Connection
-    subtree: list[Host]
-    sent: int = 0  # stream bytes sent
-    acked: int = 0  # stream bytes it holds
-    opened: bool = False  # its first acknowledgement (where it resumes) came
-    done: bool = False  # it and its subtree hold everything
-    heard: float = 0.0  # when it last acknowledged (loop time)
-
-
-class _Transfer:
-    """One transfer as this process holds it: its bytes, where they come from, and
-    the children it forwards them to (loop thread, once started)."""
-
-    def __init__(
-        self, bulk: Bulk, ident: int, sizes: Sequence[int], chunk: int, fanout: int
-    ) -> None:
-        self.bulk = bulk
-        self.ident = ident
-        self.sizes = list(sizes)
-        self.starts = list(itertools.accumulate([0, *self.sizes[:-1]]))
-        self.total = sum(self.sizes)
-        self.chunk = chunk
-        self.fanout = fanout
-        self.views: list[memoryview] = []
-        self.inodes: list[int | None] = []  # each part's segment (None: in plain memory)
-        for size in self.sizes:
-            if size >= max(1, bulk.runtime.config.shm_threshold):
-                view, inode = segment_pool.reserve(size)
-                self.views.append(view)
-                self.inodes.append(inode)
-            else:
-                self.views.append(memoryview(bytearray(size)))
-                self.inodes.append(None)
-        self.have = 0
-        self.parent: Connection | None = None
-        self.subtree: list[Host] = []
-        self.children: dict[Connection, _Child] = {}
-        self.opening = 0  # children being dialled
-        self.done = False  # this host and its subtree hold everything (reported up)
-        self.delivered = False  # its cast went to the workers (always, for a sender)
-        self.progressed = bulk.runtime.loop.time()  # when bytes last came in
-
-    # -- the bytes --------------------------------------------------------------------------
-
-    def fill(self, parts: Sequence[Any]) -> None:
-        """The sender's copy: ``parts`` are the transfer's, whole."""
-        for view, part in zip(self.views, parts, strict=True):
-            source = part if isinstance(part, memoryview) else memoryview(part)
-            view[:] = source.cast("B") if source.format != "B" or source.ndim != 1 else source
-        self.have = self.total
-
-    def receive(self, offset: int, data: memoryview) -> None:
-        """A chunk at stream ``offset`` (== ``have``) came from the parent."""
-        length = nbytes(data)
-        if piece(self.starts, self.total, offset, length, offset + length) != length:
-            raise ValueError(f"a bulk chunk of {length} bytes at {offset} crosses a part")
-        view = data if data.format == "B" and data.ndim == 1 else data.cast("B")
-        self.view_at(offset, length)[:] = view
-        self.have += length
-        self.progressed = self.bulk.runtime.loop.time()
-
-    def view_at(self, offset: int, length: int) -> memoryview:
-        """The bytes of the stream at ``offset`` (within one part)."""
-        part = bisect.bisect_right(self.starts, offset) - 1
-        local = offset - self.starts[part]
-        return self.views[part][local : local + length]
-
-    # -- forwarding -------------------------------------------------------------------------
-
-    def start(self, parent: Connection | None, subtree: Sequence[Host], fanout: int = 0) -> None:
-        """Begin forwarding to this host's children, ``fanout`` of them if given
-        (loop thread)."""
-        self.parent = parent
-        self.subtree = list(subtree)  # this host first, then those it feeds, in preorder
-        self.open(children(list(subtree[1:]), fanout or self.fanout))
-        self.ack()
-
-    def open(self, subtrees: list[list[Host]]) -> None:
-        for subtree in subtrees:
-            self.opening += 1
-            self.bulk.runtime.loop.create_task(self._open(subtree))
-
-    async def _open(self, subtree: list[Host]) -> None:
-        address = subtree[0][0]
-        runtime = self.bulk.runtime
-        try:
-            conn = runtime.known_connection(address)
-            if conn is None:
-                # Dialling and the handshake block: not on the loop.
-                conn = await asyncio.to_thread(runtime.connection, address)
-            conn.send([headers.encode(self._open_header(subtree))])
-        except Exception as error:  # unreachable (ActorDiedError, TransportClosed, OSError)
-            self.opening -= 1
-            self._replace(subtree, f"cannot reach it: {error}")
-            return
-        self.opening -= 1
-        if self.finished:
-            return
-        child = _Child(conn, subtree, heard=runtime.loop.time())
-        self.children[conn] = child
-        if conn.closed:
-            self.lost(conn, "its connection closed")
-
-    def _open_header(self, subtree: list[Host]) -> headers.BulkOpen:
-        return headers.BulkOpen(self.ident, self.sizes, self.chunk, self.fanout, subtree)
-
-    def _replace(self, subtree: list[Host], why: str) -> None:
-        """The head of ``subtree`` will not get the data from here: feed its children."""
-        below = subtree[1:]
-        log.warning(
-            "bulk transfer %x: the host agent on %s (%s) %s; sending to the %d host(s) "
-            "after it from here",
-            self.ident,
-            subtree[0][1],
-            subtree[0][0],
-            why,
-            len(below),
-        )
-        self.open(children(below, self.fanout))
-        self.check_done()
-
-    def lost(self, conn: Connection, reason: str) -> None:
-        """``conn`` closed: a child's (loop thread)."""
-        child = self.children.pop(conn, None)
-        if child is not None and not child.done:
-            self._replace(child.subtree, f"is gone ({reason})")
-
-    def on_ack(self, conn: Connection, have: int, done: bool) -> None:
-        child = self.children.get(conn)
-        if child is None:
-            return
-        if not child.opened:
-            child.opened = True
-            child.sent = have  # it resumes where it stands (an adopted child may hold some)
-        child.acked = max(child.acked, have)
-        child.done = done
-        child.heard = self.bulk.runtime.loop.time()
-        self.pump(child)
-        self.check_done()
-
-    def pump(self, child: _Child) -> None:
-        """Send ``child`` what it lacks of what is here, within the window."""
-        if not child.opened:
-            return
-        window = _WINDOW * self.chunk
-        try:
-            while child.sent < self.have and child.sent - child.acked < window:
-                length = piece(self.starts, self.total, child.sent, self.chunk, self.have)
-                header = headers.encode(headers.BulkData(self.ident, child.sent))
-                child.conn.send([header, self.view_at(child.sent, length)])
-                child.sent += length
-        except TransportClosed:
-            pass  # its loss is reported (lost) on the loop
-
-    def pump_all(self) -> None:
-        for child in list(self.children.values()):
-            self.pump(child)
-
-    def ack(self) -> None:
-        """Tell the parent how much is here (and whether the subtree is done)."""
-        if self.parent is not None:
-            frame = [headers.encode(headers.BulkAck(self.ident, self.have, self.done))]
-            with contextlib.suppress(TransportClosed):
-                self.parent.send(frame)
-
-    def check_done(self) -> None:
-        if (
-            not self.done
-            and self.have == self.total
-            and self.opening == 0
-            and all(child.done for child in self.children.values())
-        ):
-            self.done = True
-            self.ack()
-        self.bulk.settle(self)
-
-    def cut_stalled(self, now: float, stall: float) -> None:
-        """Cut off children that lack bytes held here and acknowledged nothing for
-        ``stall`` seconds (frozen, or the link to them cut): their children are fed
-        from here instead (``lost``)."""
-        for child in list(self.children.values()):
-            if child.acked < self.have and now - child.heard > stall:
-                log.warning(
-                    "bulk transfer %x: the host agent on %s (%s) acknowledged nothing for "
-                    "%.0f s; cutting it off",
-                    self.ident,
-                    child.subtree[0][1],
-                    child.subtree[0][0],
-                    now - child.heard,
-                )
-                child.conn.close()  # reported as lost, on the loop
-
-    @property
-    def finished(self) -> bool:
-        return self.done and self.delivered
-
-    def close(self) -> None:
-        """Let the memory go (loop thread): the workers' loans keep their segments."""
-        for view, inode in zip(self.views, self.inodes, strict=True):
-            view.release()
-            if inode is not None:
-                segment_pool.release(inode)
-        self.views = []
 
 
 def _untokened(header: Any) -> Any:
@@ -296,7 +80,7 @@ class Bulk:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self.transfers: dict[int, _Transfer] = {}
+        self.transfers: dict[int, Transfer] = {}
         self._deliver: Deliver | None = None
         # Frames for this host's workers that came after a bulk cast still arriving
         # (with their handlers), in order; the head is that cast.
@@ -344,6 +128,9 @@ class Bulk:
             parts_of[id(parts)] = parts
         left = []
         for key, same in by_parts.items():
+            if len(same) < 2 or not self._large(parts_of[key]):
+                left.extend(same)  # (checked first: most casts are small)
+                continue
             casts = [
                 (
                     group[0][0].link.conn,
@@ -404,13 +191,15 @@ class Bulk:
             parts_of[id(parts)] = parts
         for key, agents in by_parts.items():
             parts = parts_of[key]
+            if len(agents) < 2 or not self._large(parts):
+                left.extend((c, r, h, parts) for group in agents.values() for c, r, h in group)
+                continue
             groups: list[Group] = []
             kept: list[tuple[Connection, tuple[int, ...], Any, list[Any]]] = []
             for (address, host), group in agents.items():
                 reach: Connection | None = None
-                if len(agents) > 1:
-                    with contextlib.suppress(ActorDiedError):
-                        reach = self.runtime.connection(address)
+                with contextlib.suppress(ActorDiedError):
+                    reach = self.runtime.connection(address)
                 if reach is None:  # sent to the workers directly
                     kept.extend((c, r, h, parts) for c, r, h in group)
                     continue
@@ -425,6 +214,13 @@ class Bulk:
             left.extend(kept)
         return left
 
+    def _large(self, parts: Sequence[Any]) -> bool:
+        """Whether the large parts of ``parts`` are worth a transfer."""
+        config = self.runtime.config
+        least = max(1, config.shm_threshold)
+        large = sum(size for size in map(nbytes, parts) if size >= least)
+        return bool(large) and large >= config.bulk_threshold
+
     def send(
         self, groups: Sequence[Group], parts: Sequence[Any], gather: int, combine: bytes | None
     ) -> list[int] | None:
@@ -437,9 +233,8 @@ class Bulk:
         sizes = [nbytes(parts[index]) for index in places]
         if len(groups) < 2 or not sizes or sum(sizes) < config.bulk_threshold:
             return None
-        transfer = _Transfer(
-            self, secrets.randbits(62), sizes, config.bulk_chunk, config.bulk_fanout
-        )
+        ident = secrets.randbits(62)
+        transfer = self._transfer(ident, sizes, config.bulk_chunk, config.bulk_fanout)
         # A copy of our own: the caller may change its tensors once the call returns,
         # while the chain still reads them.
         transfer.fill([parts[index] for index in places])
@@ -460,7 +255,10 @@ class Bulk:
         self.runtime.call_soon(self._start, transfer, hosts)
         return lost
 
-    def _start(self, transfer: _Transfer, hosts: list[Host]) -> None:
+    def _transfer(self, ident: int, sizes: Sequence[int], chunk: int, fanout: int) -> Transfer:
+        return Transfer(self.runtime, self.settle, ident, sizes, chunk, fanout)
+
+    def _start(self, transfer: Transfer, hosts: list[Host]) -> None:
         self.transfers[transfer.ident] = transfer
         # The sender feeds one agent, whatever the fan-out: its link carries the bytes
         # once (the agents below split the rest).
@@ -538,7 +336,7 @@ class Bulk:
             transfer.parent = conn
             transfer.ack()
             return
-        transfer = _Transfer(self, opened.transfer, opened.sizes, opened.chunk, opened.fanout)
+        transfer = self._transfer(opened.transfer, opened.sizes, opened.chunk, opened.fanout)
         transfer.delivered = opened.transfer in self._abandoned  # its cast failed already
         self.transfers[opened.transfer] = transfer
         transfer.start(conn, [tuple(host) for host in opened.hosts])  # type: ignore[misc]
@@ -589,7 +387,7 @@ class Bulk:
                 self._give_up(ident, transfer, now - last)
         self._watch()
 
-    def _give_up(self, ident: int, transfer: _Transfer | None, silent: float) -> None:
+    def _give_up(self, ident: int, transfer: Transfer | None, silent: float) -> None:
         """No data came for too long: the cast waiting for it fails its ranks here."""
         runtime = self.runtime
         parent = None if transfer is None else transfer.parent
@@ -635,7 +433,7 @@ class Bulk:
         for transfer in list(self.transfers.values()):
             transfer.lost(conn, reason)
 
-    def settle(self, transfer: _Transfer) -> None:
+    def settle(self, transfer: Transfer) -> None:
         """Let a transfer go once its subtree holds everything and its cast went out."""
         if transfer.finished and self.transfers.get(transfer.ident) is transfer:
             del self.transfers[transfer.ident]
