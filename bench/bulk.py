@@ -14,12 +14,12 @@ measured
 - down a **chain** (``bulk_fanout`` 1) and any other ``--fanouts``: the controller sends
   it once, the agents forward it in ``--chunk`` KiB chunks.
 
-After each timed call an untimed one checks that every actor holds bytes identical to
-the payload (SHA-256), and the bytes the controller sent on its agent connections are
-counted. Results go to ``bench/results/bulk.json`` (``--out``) and a Markdown table to
-stdout. ``bench/tests/test_bulk.py`` runs a small form so the script cannot break
-unnoticed.
-"""
+Each way is timed ``--repeat`` times (the star once) after an untimed small transfer,
+and the median reported. After each timed call an untimed one checks that every actor
+holds bytes identical to the payload (SHA-256), and the bytes the controller sent on its
+agent connections are counted. Results go to ``bench/results/bulk.json`` (``--out``) and
+a Markdown table to stdout. ``bench/tests/test_bulk.py`` runs a small form so the script
+cannot break unnoticed."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -79,35 +80,62 @@ class _SentBytes:
             conn.send = send  # type: ignore[method-assign]
 
 
-def _cast(mesh: ActorMesh[Sink], payload: Any, want: str, **settings: int) -> dict[str, Any]:
-    """One timed call of ``payload`` to every actor of ``mesh`` with these settings."""
+def _cast(
+    mesh: ActorMesh[Sink], payload: Any, want: str, repeat: int, **settings: int
+) -> dict[str, Any]:
+    """Timed calls of ``payload`` to every actor of ``mesh`` with these settings: the
+    median of ``repeat``, after an untimed small one (a chain's agents dial each other
+    on their first transfer: a cost paid once per pair, not per transfer)."""
     runtime = Runtime.get()
     saved = runtime.config
     runtime.config = saved.replace(**settings)
-    counter = _SentBytes(runtime)
     try:
-        started = time.perf_counter()
-        lengths = mesh.take.call(payload).get(timeout=1800)
-        seconds = time.perf_counter() - started
+        mesh.take.call(payload[: 2 << 20]).get(timeout=600)
+        times, sent = [], 0
+        for _ in range(repeat):
+            counter = _SentBytes(runtime)
+            try:
+                started = time.perf_counter()
+                lengths = mesh.take.call(payload).get(timeout=1800)
+                times.append(time.perf_counter() - started)
+            finally:
+                counter.close()
+            sent = counter.count
+            digests = mesh.digest.call().get(timeout=600)
+            assert set(lengths.values()) == {len(payload)}, lengths
+            assert set(digests.values()) == {want}, "an actor got bytes that differ"
     finally:
-        counter.close()
         runtime.config = saved
-    digests = mesh.digest.call().get(timeout=600)
-    assert set(lengths.values()) == {len(payload)}, lengths
-    assert set(digests.values()) == {want}, "an actor got bytes that differ from the payload"
-    return {"seconds": seconds, "controller_sent_bytes": counter.count, "actors": len(lengths)}
+    return {
+        "seconds": statistics.median(times),
+        "runs": times,
+        "controller_sent_bytes": sent,
+        "actors": len(lengths),
+    }
 
 
 def run(network: Network, args: argparse.Namespace) -> dict[str, Any]:
-    import numpy as np
-
     allocator = ExternalAllocator(f"{network.controller_ip}:0", timeout=120)
     address = allocator.listen().removeprefix("tcp://")
     assert allocator.secret is not None
     future = host_mesh(len(network.hosts), allocator=allocator)
-    for host in network.hosts:
-        network.start_agent(host, address, allocator.secret)
-    hosts = future.get(timeout=180)
+    agents = [network.start_agent(host, address, allocator.secret) for host in network.hosts]
+    try:
+        return _measure(future.get(timeout=180), args)
+    except BaseException:
+        for agent in agents:  # what an agent that ended said, for the record
+            if agent.poll() is not None and agent.stderr is not None:
+                print(f"agent {agent.pid} ended ({agent.returncode}):", file=sys.stderr)
+                print(agent.stderr.read()[-2000:], file=sys.stderr)
+                break
+        raise
+    finally:
+        allocator.close()
+
+
+def _measure(hosts: Any, args: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+
     procs = hosts.spawn_procs(per_host={"gpus": args.per_host})
     mesh = procs.spawn("sink", Sink)
     payload = np.random.default_rng(0).integers(0, 256, args.mb << 20, dtype=np.uint8)
@@ -119,17 +147,22 @@ def run(network: Network, args: argparse.Namespace) -> dict[str, Any]:
     chunk = args.chunk << 10
     results: dict[str, Any] = {}
     one = mesh.slice(hosts=0)
-    results["one_link"] = _cast(one, payload, want, bulk_threshold=0)
-    if not args.no_star:
-        results["star"] = _cast(mesh, payload, want, bulk_threshold=0)
+    results["one_link"] = _cast(one, payload, want, args.repeat, bulk_threshold=0)
+    if not args.no_star:  # (once: it takes hosts x as long)
+        results["star"] = _cast(mesh, payload, want, 1, bulk_threshold=0)
     for fanout in args.fanouts:
         name = "chain" if fanout == 1 else f"tree_fanout_{fanout}"
         results[name] = _cast(
-            mesh, payload, want, bulk_threshold=1 << 20, bulk_fanout=fanout, bulk_chunk=chunk
+            mesh,
+            payload,
+            want,
+            args.repeat,
+            bulk_threshold=1 << 20,
+            bulk_fanout=fanout,
+            bulk_chunk=chunk,
         )
     procs.stop().get(timeout=120)
     hosts.shutdown().get(timeout=120)
-    allocator.close()
     return results
 
 
@@ -159,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fanouts", type=lambda text: [int(f) for f in text.split(",")], default=[1, 2]
     )
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs (median)")
     parser.add_argument("--no-star", action="store_true", help="skip the star (slow)")
     parser.add_argument("--out", type=Path, default=BENCH / "results" / "bulk.json")
     args = parser.parse_args(argv)

@@ -23,7 +23,8 @@ def test_bulk_measures_one_link_star_and_chain_on_three_namespace_hosts(tmp_path
         pytest.skip("bench.bulk needs network namespaces and tc: root and iproute2")
     out = tmp_path / "bulk.json"
     cmd = [sys.executable, "-m", "bench.bulk", "--hosts", "3", "--per-host", "2", "--mb", "4"]
-    cmd += ["--rate", "100mbit", "--chunk", "64", "--fanouts", "1,2", "--out", str(out)]
+    cmd += ["--rate", "100mbit", "--chunk", "64", "--fanouts", "1,2", "--repeat", "1"]
+    cmd += ["--out", str(out)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=380)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())

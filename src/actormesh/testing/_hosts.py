@@ -109,9 +109,11 @@ def limit_rate(device: str, rate: str, netns: str | None = None) -> None:
     with a token bucket, as a link of that speed would."""
     prefix = ["ip", "netns", "exec", netns] if netns else []
     # A burst of 256 KiB covers a segmentation-offloaded packet (64 KiB) several times
-    # over at any rate here; 50 ms of queue keeps a TCP sender busy without loss.
+    # over at any rate here. 200 ms of queue: with 50 ms, 16 flows sharing one link (a
+    # star) lost so many packets that one could go 25 s without a byte, and the other
+    # end's TCP keepalive reset it.
     command = [*prefix, "tc", "qdisc", "replace", "dev", device, "root", "tbf"]
-    command += ["rate", rate, "burst", "256kb", "latency", "50ms"]
+    command += ["rate", rate, "burst", "256kb", "latency", "200ms"]
     subprocess.run(command, check=True, capture_output=True, text=True, timeout=30)
 
 
