@@ -55,6 +55,7 @@ def network() -> Iterator[Network]:
 @pytest.fixture
 def quick_stalls(monkeypatch: pytest.MonkeyPatch) -> float:
     """Agents started after this give up on a silent peer after 3 s (not 30)."""
+    Runtime.get()  # (this process' runtime keeps the timeout it started with)
     monkeypatch.setenv("ACTORMESH_HEARTBEAT_TIMEOUT", "3")
     return 3.0
 
