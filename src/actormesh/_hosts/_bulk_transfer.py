@@ -25,7 +25,7 @@ from ._bulk_plan import children, piece
 if TYPE_CHECKING:
     from ._runtime import Runtime
 
-__all__ = ["WINDOW", "Child", "Host", "Transfer"]
+__all__ = ["Child", "Host", "Transfer", "WINDOW"]
 
 log = logging.getLogger("actormesh.hosts")
 
