@@ -98,6 +98,17 @@ class Config:
             0600, in a directory of mode 0700: where its agents are and its secret; see
             docs/leases.md). ``None``: ``$XDG_STATE_HOME/actormesh/jobs``, else
             ``~/.local/state/actormesh/jobs``.
+        bulk_threshold: a cast to workers on several host agents whose large parts
+            (each at least ``shm_threshold``) add up to this many bytes sends them down
+            a chain of the agents (see ``bulk_fanout``) in pipelined chunks, so the
+            sender's link carries them once whatever the number of hosts
+            (docs/multihost.md, "Bulk data"); 0: never, every agent gets its own copy.
+        bulk_fanout: how many agents each agent (and the sender) forwards bulk data
+            to: 1 is a chain (each link carries the bytes once in each direction), 2 a
+            binary tree (shallower, but an interior agent's uplink carries two copies).
+        bulk_chunk: the bytes of one chunk of bulk data; each agent forwards a chunk
+            once it has it whole, so a chain of ``n`` agents adds ``n`` chunks' transfer
+            time to the first agent's.
     """
 
     output: OutputMode = "prefix"
@@ -127,6 +138,9 @@ class Config:
     fork_server: bool = True
     reply_spin: float = 100e-6
     jobs_dir: str | None = None
+    bulk_threshold: int = 16 << 20
+    bulk_fanout: int = 1
+    bulk_chunk: int = 256 << 10
 
     def __post_init__(self) -> None:
         if self.output not in ("prefix", "raw", "off"):
@@ -168,6 +182,11 @@ class Config:
             raise ValueError("max_message_bytes must be positive and shm_threshold >= 0")
         if self.otel not in ("off", "on", "otlp"):
             raise ValueError(f"otel must be 'off', 'on' or 'otlp', not {self.otel!r}")
+        if self.bulk_threshold < 0 or self.bulk_fanout < 1 or self.bulk_chunk < 4096:
+            raise ValueError(
+                "bulk_threshold must be >= 0, bulk_fanout >= 1 and bulk_chunk >= 4096, not "
+                f"{self.bulk_threshold!r}, {self.bulk_fanout!r}, {self.bulk_chunk!r}"
+            )
         if self.timeline_spans < 0:
             raise ValueError(f"timeline_spans must be >= 0, not {self.timeline_spans!r}")
 

@@ -4,6 +4,7 @@ hosts do (those are tested across network namespaces in ``tests/multihost``)."""
 
 from __future__ import annotations
 
+import operator
 import os
 import zlib
 from collections.abc import Iterator
@@ -120,3 +121,34 @@ def test_an_agent_gives_its_workers_one_shared_copy_of_a_large_argument(hosts: H
             plane.kept_checksum.call().get(timeout=60).values()
             == [zlib.crc32(tensor.numpy().tobytes())] * 3
         )
+
+
+def test_a_large_argument_for_several_hosts_goes_down_their_agents_once(
+    hosts: HostMesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = Runtime.get()
+    monkeypatch.setattr(runtime, "config", runtime.config.replace(bulk_threshold=1 << 20))
+    with hosts.spawn_procs(per_host={"gpus": 2}) as procs:
+        plane = procs.spawn("bulk_plane", DataPlane)
+        pids = [pid for pid, _ in procs.spawn("where_bulk", Where).where.call().get(30).values()]
+        before = {pid: set(shm_segments(pid)) for pid in pids}
+        sent: list[int] = []
+        for conn in runtime.agents:
+
+            def counting(parts: Any, share: Any = None, _send: Any = conn.send) -> None:
+                if headers.decode(parts[0])[0] == headers.BULK_DATA:
+                    sent.append(memoryview(parts[1]).nbytes)
+                _send(parts, share)
+
+            monkeypatch.setattr(conn, "send", counting)
+        tensor = torch.randint(0, 255, (8 << 20,), dtype=torch.uint8)
+        plane.hold.call(tensor).get(timeout=60)
+        assert sum(sent) == 8 << 20  # to the first agent only; it fed the second
+        new = [set(shm_segments(pid)) - before[pid] for pid in pids]
+        # Each agent wrote the chunks into one segment and lent it to its two workers.
+        assert all(len(segments) == 1 for segments in new)
+        assert new[0] == new[1] != new[2] == new[3]
+        crc = zlib.crc32(tensor.numpy().tobytes())
+        assert plane.kept_checksum.call().get(timeout=60).values() == [crc] * 4
+        assert plane.checksum.reduce(operator.add)(tensor).get(timeout=60) == 4 * crc
+    assert runtime.bulk.transfers == {}

@@ -105,11 +105,11 @@ class RayUser(Actor):
 class TorchPeer(Actor):
     """A small model, for process groups and weight sync across hosts."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, size: int = 256) -> None:
         import torch
 
         torch.manual_seed(seed)
-        self.model = torch.nn.Linear(256, 256)
+        self.model = torch.nn.Linear(size, size)
 
     @endpoint
     def all_reduce(self, value: float) -> float:
@@ -123,6 +123,12 @@ class TorchPeer(Actor):
     @endpoint
     def weight_sum(self) -> float:
         return float(sum(float(p.sum()) for p in self.model.parameters()))
+
+    @endpoint
+    def bulk_sent(self) -> int:
+        """Bytes this process sent as the source of bulk transfers."""
+        runtime = Runtime.current()
+        return runtime.bulk.sent_bytes if runtime is not None else 0
 
 
 class BufferOwner(Actor):
@@ -157,3 +163,37 @@ class BufferOwner(Actor):
         import torch
 
         await buffer.write_from(torch.full((numel,), value).view(torch.uint8).flatten())
+
+
+class Keeper(Actor):
+    """Keeps the array it is sent, and says what memory holds it (bulk data)."""
+
+    def __init__(self) -> None:
+        self.data: Any = None
+
+    @endpoint
+    def take(self, data: Any) -> int:
+        self.data = data
+        return len(data)
+
+    @endpoint
+    def digest(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(memoryview(self.data)).hexdigest()
+
+    @endpoint
+    def mapping(self) -> tuple[str, int]:
+        """The file and inode of the mapping the kept array's memory is in."""
+        address = self.data.__array_interface__["data"][0]
+        with open("/proc/self/maps", encoding="ascii") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                if start <= address < end:
+                    return (fields[5].strip() if len(fields) > 5 else ""), int(fields[4])
+        return "", 0
+
+    @endpoint
+    def parent(self) -> int:
+        return os.getppid()

@@ -35,6 +35,10 @@ EXAMPLES: list[Any] = [
     headers.Event("exited", "/tmp/w.sock"),
     headers.Observe(8, "stats"),
     headers.Debug("s-1", "open"),
+    headers.BulkOpen(9, [1 << 20, 5], 1 << 18, 1, [("tcp://10.0.0.3:7001", "b")]),
+    headers.BulkData(9, 1 << 18),
+    headers.BulkAck(9, 1 << 18, False),
+    headers.BulkCast(9, 4, [("/tmp/w.sock", (0,), b"\x80\x05")], None, [1]),
 ]
 
 

@@ -116,3 +116,24 @@ def test_the_smallest_fitting_capacity_is_lent_before_a_larger_recent_one() -> N
     fd, inode = pool.fill(b"t" * MIB, MIB)
     assert inode == small
     os.close(fd)
+
+
+def test_a_reserved_segment_is_lent_as_written_and_reused_once_every_holder_gave_it_back() -> None:
+    pool = default_pool  # (a share lends from the process' pool)
+    view, inode = pool.reserve(MIB)
+    view[:3] = b"abc"  # written here, as a host agent writes bulk chunks
+    share = SegmentShare()
+    share.holding(1, inode)
+    fd, lent = share.segment(1, view, MIB)  # no copy: the same segment, lent
+    assert lent == inode
+    with mmap.mmap(fd, MIB, mmap.MAP_PRIVATE) as seen:
+        assert seen[:3] == b"abc"
+    view.release()
+    pool.release(inode)  # the reserver let go; the receiver still holds it
+    assert inode in pool._lent
+    assert pool.give(fd) == inode  # the receiver gave it back: reusable now
+    assert any(segment.inode == inode for segment in pool._idle)
+    again, reused = pool.reserve(MIB)
+    assert reused == inode
+    again.release()
+    pool.release(reused)

@@ -50,6 +50,17 @@ and the workers of one host::
               (rank -1)
     Event     + details pickle: a worker exited, or output lines for the owner's streams
 
+Bulk data of a cast, down a chain (or small tree) of agents (``actormesh._hosts._bulk``)::
+
+    BulkOpen  parent -> child: transfer ``transfer`` of parts of ``sizes`` bytes, in
+              chunks of ``chunk``; ``hosts``: the child's subtree, ``(address, host)``
+              each, the child first; its children are cut from the rest by ``fanout``
+    BulkData  + one chunk: the bytes of the transfer's stream at ``offset``
+    BulkAck   child -> parent: it holds the first ``have`` bytes; ``done``: it and its
+              whole subtree hold everything
+    BulkCast  + the cast's small parts: a Cast whose parts at ``places`` are the
+              transfer's, delivered once the transfer is in
+
 ``req_id`` 0 means no reply is wanted (``broadcast``). A reply whose rank is ``PARTIAL``
 carries the combined value of several ranks, and which ranks they are (a reducing call
 through a host agent).
@@ -63,6 +74,14 @@ from typing import Any, NamedTuple, TypeVar
 from ._dispatch import entry_for, frame_table
 
 __all__ = [
+    "BULK_ACK",
+    "BULK_CAST",
+    "BULK_DATA",
+    "BULK_OPEN",
+    "BulkAck",
+    "BulkCast",
+    "BulkData",
+    "BulkOpen",
     "CALL",
     "CANCEL",
     "CAST",
@@ -118,6 +137,8 @@ HELLO, SPAWN, CALL, REPLY, FAILURE, STOP_MESH, CANCEL, SHUTDOWN = range(1, 9)
 PING, PONG, INSPECT, REPLY_TO = range(9, 13)
 RELAY, CAST, REPLIES, HOST, EVENT = range(13, 18)
 OBSERVE, DEBUG = range(18, 20)
+# Bulk data (kept apart from the kinds above, which may grow).
+BULK_OPEN, BULK_DATA, BULK_ACK, BULK_CAST = range(40, 44)
 
 # The rank of a reply that stands for several ranks: ``(ranks, combined value)``.
 PARTIAL = -2
@@ -237,6 +258,33 @@ class Debug(NamedTuple):
     op: str
 
 
+class BulkOpen(NamedTuple):
+    transfer: int
+    sizes: list[int]
+    chunk: int
+    fanout: int
+    hosts: list[tuple[str, str]]
+
+
+class BulkData(NamedTuple):
+    transfer: int
+    offset: int
+
+
+class BulkAck(NamedTuple):
+    transfer: int
+    have: int
+    done: bool
+
+
+class BulkCast(NamedTuple):
+    transfer: int
+    gather: int
+    targets: list[CastTarget]
+    combine: bytes | None
+    places: list[int]
+
+
 # Each kind's class; a header is an instance of one of them.
 KINDS: dict[int, type[tuple[Any, ...]]] = {
     HELLO: Hello,
@@ -258,6 +306,10 @@ KINDS: dict[int, type[tuple[Any, ...]]] = {
     EVENT: Event,
     OBSERVE: Observe,
     DEBUG: Debug,
+    BULK_OPEN: BulkOpen,
+    BULK_DATA: BulkData,
+    BULK_ACK: BulkAck,
+    BULK_CAST: BulkCast,
 }
 _KIND_OF = {cls: kind for kind, cls in KINDS.items()}
 Header = tuple[Any, ...]  # an instance of a class of KINDS

@@ -133,6 +133,9 @@ class CoreRuntime:
         # When the owner's last heartbeat came (monotonic), for whoever watches it.
         self.owner_heard = time.monotonic()
         self.failure_handler: Callable[[str, int, str, memoryview], None] | None = None
+        # Who else hears of each lost connection, after the requests waiting on it (a
+        # host agent's bulk transfers, whose children it feeds: _hosts._bulk).
+        self.connection_lost: list[Callable[[Connection, str], None]] = []
         # The job's secret: TCP peers prove it (workers started here inherit it).
         self.secret = config.secret or new_secret()
         # What this process tells peers to connect to: its Unix socket, or its TCP
@@ -648,6 +651,11 @@ class CoreRuntime:
                     self._pending.pop(req_id, None)
             except Exception:
                 log.exception("a reply handler failed while its connection died")
+        for listener in list(self.connection_lost):
+            try:
+                listener(conn, reason)
+            except Exception:
+                log.exception("a listener failed while a connection died")
 
     # -- shutdown -----------------------------------------------------------------------
 

@@ -163,6 +163,8 @@ class Agent:
         runtime.frame_kinds[headers.HOST] = self._host
         runtime.frame_kinds[headers.RELAY] = self._relay
         runtime.frame_kinds[headers.CAST] = self._cast
+        # Bulk casts wait for their data (_bulk), and the frames for workers behind them.
+        runtime.bulk.serve_casts(self._cast, (headers.RELAY, headers.CAST))
         runtime.forward_reply = self._reply_from_worker
         runtime.failure_handler = self._failure_from_worker
         runtime.exit_listeners.append(self._worker_exited)
@@ -290,7 +292,13 @@ class Agent:
     def _relay(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
         self._to_worker(headers.read(headers.Relay, header).address, parts[1:])
 
-    def _cast(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
+    def _cast(
+        self,
+        conn: Connection,
+        header: tuple[Any, ...],
+        parts: list[Any],
+        share: SegmentShare | None = None,
+    ) -> None:
         gather, targets, combine = headers.read(headers.Cast, header)
         shared = parts[1:]
         if gather:
@@ -299,7 +307,9 @@ class Agent:
             self._batches[gather] = _Batch(conn, waiting, reduction)
         # Large shared parts go to this host's workers in one shared-memory copy, lent to
         # each (as the owner does for the workers of its own host).
-        share = SegmentShare() if len(targets) > 1 else None
+        # (A bulk cast's parts are in shared memory already: ``share`` lends it.)
+        if share is None and len(targets) > 1:
+            share = SegmentShare()
         for address, _, inner in targets:
             self._to_worker(address, [inner, *shared], share)
 

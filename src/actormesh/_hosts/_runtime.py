@@ -41,6 +41,7 @@ from .._transport import (
 )
 from ._agent_link import AgentLink, RelayConnection, RelayedProcess, WorkerSpec
 from ._aggregate import LineAggregator
+from ._bulk import Bulk
 from ._debug_relay import DebugRelay
 from ._event_log import EventLog, open_event_log
 from ._forkserver import ForkServer, template_key
@@ -82,6 +83,7 @@ class Runtime(CoreRuntime):
         self._agent_ids = itertools.count()
         self._attaching: set[Connection] = set()  # agents dialled, not joined yet
         self.frame_kinds[headers.EVENT] = self._on_agent_event
+        self.bulk = Bulk(self)  # bulk data of casts, down a chain of agents (_bulk)
         self._aggregator: LineAggregator | None = None
         # Where local workers are forked from (see _forkserver), once a spawn needs one.
         self._forks: ForkServer | None = None
@@ -481,6 +483,8 @@ class Runtime(CoreRuntime):
                 by_agent.setdefault((id(conn.link), id(parts)), []).append((conn, ranks, header))
             else:
                 direct.append((conn, ranks, header, parts))
+        if gather and self.bulk.routes:  # workers of agents another process owns (_bulk)
+            direct = self.bulk.cast_routed(direct, gather, combine, failed)
         shares: dict[int, SegmentShare] = {}
         if len(direct) > 1:
             readers = collections.Counter(id(parts) for _, _, _, parts in direct)
@@ -490,7 +494,10 @@ class Runtime(CoreRuntime):
                 self.send(conn, header, parts, shares.get(id(parts)))
             except ActorDiedError as error:
                 failed.append((ranks, error.reason or str(error)))
-        for group in by_agent.values():
+        groups = list(by_agent.values())
+        if len(groups) > 1:  # large parts for several agents go down a chain of them
+            groups = self.bulk.cast(groups, frames, gather, combine, failed)
+        for group in groups:
             first = group[0][0]
             parts = next(p for c, r, h, p in frames if c is first)
             try:

@@ -26,10 +26,11 @@ from ._auth import (
 )
 from ._blocking import exchange_frame, read_frame, write_frame
 from ._connection import CloseHandler, Connection, TransportClosed
-from ._frames import Buffer
+from ._frames import Buffer, nbytes
 from ._gatekeeper import Gatekeeper, Limits
 from ._link import Link, MemoryLink
 from ._shm import SegmentShare
+from ._shm import pool as segment_pool
 from ._steps import Steps, run_blocking
 from ._tcp import (
     HANDSHAKE_TIMEOUT,
@@ -74,6 +75,7 @@ __all__ = [
     "is_abstract",
     "is_tcp",
     "listening_socket",
+    "nbytes",
     "new_secret",
     "open_accept_steps",
     "open_connect_steps",
@@ -85,6 +87,7 @@ __all__ = [
     "route",
     "route_source",
     "run_blocking",
+    "segment_pool",
     "tcp_part",
     "unix_part",
     "unix_path",

@@ -62,7 +62,10 @@ class _Segment:
 
     def close(self) -> None:
         if self.mapping is not None:
-            self.mapping.close()
+            # A view of a reserved segment still alive somewhere: the mapping goes
+            # with its last view instead.
+            with contextlib.suppress(BufferError):
+                self.mapping.close()
         os.close(self.fd)
 
 
@@ -141,6 +144,40 @@ class SegmentPool:
             os.close(fd)
             raise
 
+    def reserve(self, size: int) -> tuple[memoryview, int]:
+        """A segment of at least ``size`` bytes held by this process, to be written
+        here and then lent like a filled one (``SegmentShare.holding``): its first
+        ``size`` bytes, writable, and its inode. ``release(inode)`` ends this
+        process' hold (the segment is reused once every receiver gave it back too).
+        """
+        segment = self._take(size)
+        try:
+            if segment.mapping is None:
+                flags = mmap.MAP_SHARED | _POPULATE
+                segment.mapping = mmap.mmap(segment.fd, segment.capacity, flags, _PROT)
+        except BaseException:
+            segment.close()
+            raise
+        segment.holders = 1
+        with self._lock:
+            self._lent[segment.inode] = segment
+        return memoryview(segment.mapping)[:size], segment.inode
+
+    def release(self, inode: int) -> None:
+        """End this process' hold on a segment ``reserve`` gave (every view of it
+        given out must be released first)."""
+        with self._lock:
+            segment = self._lent.get(inode)
+            if segment is None:
+                return
+            segment.holders -= 1
+            if segment.holders > 0:
+                return  # receivers still map it
+            del self._lent[inode]
+            if self._keep_idle(segment):
+                return
+        segment.close()
+
     def give(self, fd: int) -> int:
         """Take ``fd`` back for reuse: one of ours returning, or a received one released.
 
@@ -160,15 +197,19 @@ class SegmentPool:
                     return inode  # other receivers still map it
                 del self._lent[inode]
                 segment = lent
-            if not segment.tainted and (
-                self._idle_bytes() + segment.capacity <= self.max_idle_bytes
-            ):
-                # (No allocation under the lock: a collector-run finalizer that
-                # returns a segment would take it again.)
-                bisect.insort(self._idle, segment, key=_capacity)
+            if self._keep_idle(segment):
                 return inode
         segment.close()
         return inode
+
+    def _keep_idle(self, segment: _Segment) -> bool:
+        # With the lock held: keep a segment nobody holds for reuse, if it may be.
+        if segment.tainted or self._idle_bytes() + segment.capacity > self.max_idle_bytes:
+            return False
+        # (No allocation under the lock: a collector-run finalizer that returns a
+        # segment would take it again.)
+        bisect.insort(self._idle, segment, key=_capacity)
+        return True
 
     def forget(self, inodes: set[int]) -> None:
         """Drop lent segments that will never come back (their receiver is gone).
@@ -212,6 +253,11 @@ class SegmentShare:
 
     def __init__(self) -> None:
         self._inodes: dict[int, int] = {}  # part index -> inode
+
+    def holding(self, index: int, inode: int) -> None:
+        """Part ``index`` is already in segment ``inode`` (``SegmentPool.reserve``,
+        still held): receivers are lent that segment, with no copy."""
+        self._inodes[index] = inode
 
     def segment(self, index: int, part: Any, size: int) -> tuple[int, int]:
         """``(fd to send, inode)`` for part ``index``; the caller closes the fd once sent."""

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Host", "Network", "ip", "namespace_hosts"]
+__all__ = ["Host", "Network", "ip", "limit_rate", "namespace_hosts"]
 
 
 def ip(*args: str) -> None:
@@ -104,12 +104,30 @@ def _teardown(bridge: str, namespaces: Sequence[str], links: Sequence[str]) -> N
 _networks = itertools.count()
 
 
+def limit_rate(device: str, rate: str, netns: str | None = None) -> None:
+    """Make ``device`` send at most ``rate`` (``tc`` notation: ``"100mbit"``, ``"1gbit"``)
+    with a token bucket, as a link of that speed would."""
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    # A burst of 256 KiB covers a segmentation-offloaded packet (64 KiB) several times
+    # over at any rate here. 200 ms of queue: with 50 ms, 16 flows sharing one link (a
+    # star) lost so many packets that one could go 25 s without a byte, and the other
+    # end's TCP keepalive reset it.
+    command = [*prefix, "tc", "qdisc", "replace", "dev", device, "root", "tbf"]
+    command += ["rate", rate, "burst", "256kb", "latency", "200ms"]
+    subprocess.run(command, check=True, capture_output=True, text=True, timeout=30)
+
+
 @contextlib.contextmanager
-def namespace_hosts(count: int, *, tag: str | None = None) -> Iterator[Network]:
+def namespace_hosts(
+    count: int, *, tag: str | None = None, rate: str | None = None
+) -> Iterator[Network]:
     """``count`` namespaces on a bridge with this namespace (see the module docstring).
 
     ``tag`` (5 digits at most) keeps names and addresses of networks apart; by default
-    it comes from this process' id and a count of the networks it made.
+    it comes from this process' id and a count of the networks it made. ``rate``: every
+    link sends at most this fast (``tc`` notation, ``"1gbit"``), in each direction: each
+    host's uplink and downlink, and the controller's uplink (the bridge), so that what
+    the controller sends to several hosts shares one link's speed, as on a real network.
 
     Raises:
         PermissionError: namespaces cannot be made here (not root, or no ``ip``).
@@ -145,6 +163,11 @@ def namespace_hosts(count: int, *, tag: str | None = None) -> Iterator[Network]:
             ip("-n", netns, "link", "set", "eth0", "up")
             ip("-n", netns, "link", "set", "lo", "up")
             hosts.append(Host(netns, f"{subnet}.{10 + index}"))
+            if rate is not None:
+                limit_rate("eth0", rate, netns)  # the host's uplink
+                limit_rate(outside, rate)  # its downlink
+        if rate is not None:
+            limit_rate(bridge, rate)  # the controller's uplink
         network = Network(f"{subnet}.1", hosts)
         try:
             yield network

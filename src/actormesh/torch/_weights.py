@@ -1,13 +1,15 @@
 """Weight sync: move a model's ``state_dict`` from one mesh (trainers) to another (generators).
 
 The controller only starts the transfer; the tensors go straight from the trainer
-processes to the generator processes. With replicated trainers (data parallel), the
-tensors are split into one part per trainer by size, and each trainer sends its part to
-every generator at once (one pickling per part; on one host the runtime's out-of-band path
-carries the bytes, without copies into the pickle). With sharded trainers each sends the
-tensors it holds. A generator stages the parts of a version and applies them all in one
-message of its mailbox, so no endpoint ever runs on half-updated weights, then records the
-version (`weights_version`).
+processes to the generator processes (across hosts, a trainer's part large enough for
+``Config.bulk_threshold`` goes down a chain of the generators' host agents, leaving the
+trainer once, and each agent lends its generators one shared-memory copy). With
+replicated trainers (data parallel), the tensors are split into one part per trainer by
+size, and each trainer sends its part to every generator at once (one pickling per part;
+on one host the runtime's out-of-band path carries the bytes, without copies into the
+pickle). With sharded trainers each sends the tensors it holds. A generator stages the
+parts of a version and applies them all in one message of its mailbox, so no endpoint
+ever runs on half-updated weights, then records the version (`weights_version`).
 """
 
 from __future__ import annotations
@@ -111,11 +113,23 @@ def sync_weights(
             runtime.progress_mode,
         )
         sent: list[tuple[int, int]] = []
+        # The generators' host agents, so each trainer sends its part down a chain of
+        # them, once, rather than to every generator process (docs/multihost.md).
+        agents = runtime.bulk.agents_of(target._ref.paths)
         pending = [
             asyncio.ensure_future(
                 _awaited(
                     run_in_actors(
-                        one, _push, target, version, order, get_state, set_state, layout, select
+                        one,
+                        _push,
+                        target,
+                        version,
+                        order,
+                        get_state,
+                        set_state,
+                        layout,
+                        select,
+                        agents,
                     )
                 )
             )
@@ -205,8 +219,14 @@ def _push(
     set_state: StateSetter,
     layout: str,
     select: Callable[[str, Point], bool] | None,
+    agents: dict[str, tuple[str, str]],
 ) -> tuple[int, int]:
-    """In a trainer: send its part to the generators; ``(bytes of the part, delivered)``."""
+    """In a trainer: send its part to the generators; ``(bytes of the part, delivered)``.
+
+    ``agents``: the generators' host agents (``Bulk.agents_of``): a part large enough
+    goes down a chain of them, each byte leaving this process once.
+    """
+    Runtime.get().bulk.route(agents)
     state = _state_of(host.instance, get_state)
     # The actor's place in its whole mesh: the order is keyed by it, whatever slice
     # this system call was sent to (current_rank() would be relative to that slice).
