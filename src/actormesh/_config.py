@@ -98,6 +98,11 @@ class Config:
             0600, in a directory of mode 0700: where its agents are and its secret; see
             docs/leases.md). ``None``: ``$XDG_STATE_HOME/actormesh/jobs``, else
             ``~/.local/state/actormesh/jobs``.
+        fan_out: a host mesh with more hosts than this has its host agents form a tree
+            of this fan-out: the controller sends a cast to at most this many agents,
+            each forwards it to its children and merges their replies
+            (docs/multihost.md); ``host_mesh(fan_out=...)`` overrides it per mesh. At
+            least 2.
     """
 
     output: OutputMode = "prefix"
@@ -127,6 +132,7 @@ class Config:
     fork_server: bool = True
     reply_spin: float = 100e-6
     jobs_dir: str | None = None
+    fan_out: int = 16
 
     def __post_init__(self) -> None:
         if self.output not in ("prefix", "raw", "off"):
@@ -168,6 +174,8 @@ class Config:
             raise ValueError("max_message_bytes must be positive and shm_threshold >= 0")
         if self.otel not in ("off", "on", "otlp"):
             raise ValueError(f"otel must be 'off', 'on' or 'otlp', not {self.otel!r}")
+        if self.fan_out < 2:
+            raise ValueError(f"fan_out must be an int >= 2, not {self.fan_out!r}")
         if self.timeline_spans < 0:
             raise ValueError(f"timeline_spans must be >= 0, not {self.timeline_spans!r}")
 

@@ -50,6 +50,16 @@ and the workers of one host::
               (rank -1)
     Event     + details pickle: a worker exited, or output lines for the owner's streams
 
+Between host agents, when a host mesh has more hosts than its fan-out (``_hosts._tree``)::
+
+    TreeCast  + parts shared by every worker named: a Cast whose ``targets`` are this
+              host's, and ``below`` the branches to forward: ``(agent address, targets,
+              below)`` for each child agent whose subtree the cast touches; a gathering
+              one comes back as one Replies frame per child link, once its whole
+              subtree answered
+    Route     + a whole frame for the worker at ``address``, through the agents at
+              ``hops`` in turn (the last is its own): one actor's path down the tree
+
 ``req_id`` 0 means no reply is wanted (``broadcast``). A reply whose rank is ``PARTIAL``
 carries the combined value of several ranks, and which ranks they are (a reducing call
 through a host agent).
@@ -70,6 +80,7 @@ __all__ = [
     "Cancel",
     "Cast",
     "CastTarget",
+    "Branch",
     "DEBUG",
     "Debug",
     "EVENT",
@@ -93,6 +104,10 @@ __all__ = [
     "Ping",
     "Pong",
     "RELAY",
+    "ROUTE",
+    "Route",
+    "TREE_CAST",
+    "TreeCast",
     "REPLIES",
     "REPLY",
     "REPLY_TO",
@@ -117,6 +132,7 @@ HELLO, SPAWN, CALL, REPLY, FAILURE, STOP_MESH, CANCEL, SHUTDOWN = range(1, 9)
 PING, PONG, INSPECT, REPLY_TO = range(9, 13)
 RELAY, CAST, REPLIES, HOST, EVENT = range(13, 18)
 OBSERVE, DEBUG = range(18, 20)
+TREE_CAST, ROUTE = range(20, 22)
 
 # The rank of a reply that stands for several ranks: ``(ranks, combined value)``.
 PARTIAL = -2
@@ -126,6 +142,8 @@ Ranks = tuple[int, ...]
 View = tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]
 # One worker of a Cast: its address, the ranks called there, its encoded header.
 CastTarget = tuple[str, Ranks, bytes]
+# One child agent's part of a TreeCast: its address, its targets, and its own branches.
+Branch = tuple[str, list[CastTarget], list[Any]]
 # One reply of a Replies batch: req_id, rank, ok, and how many of the frame's parts are its.
 BatchedReply = tuple[int, int, bool, int]
 
@@ -212,6 +230,18 @@ class Cast(NamedTuple):
     combine: bytes | None = None
 
 
+class TreeCast(NamedTuple):
+    gather: int
+    targets: list[CastTarget]
+    combine: bytes | None
+    below: list[Branch]
+
+
+class Route(NamedTuple):
+    hops: tuple[str, ...]
+    address: str
+
+
 class Replies(NamedTuple):
     replies: list[BatchedReply]
 
@@ -257,6 +287,8 @@ KINDS: dict[int, type[tuple[Any, ...]]] = {
     EVENT: Event,
     OBSERVE: Observe,
     DEBUG: Debug,
+    TREE_CAST: TreeCast,
+    ROUTE: Route,
 }
 _KIND_OF = {cls: kind for kind, cls in KINDS.items()}
 Header = tuple[Any, ...]  # an instance of a class of KINDS

@@ -17,13 +17,16 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core import dumps, error_from_payload, headers, loads
 from .._exceptions import ActorDiedError
 from .._transport import Buffer, Connection, SegmentShare, TransportClosed
 from ._process import ChildProcess, LaunchCommand
 from ._remote import RemoteProcess, Status
+
+if TYPE_CHECKING:
+    from ._cast_tree import CastTree
 
 __all__ = ["AgentLink", "RelayConnection", "RelayedProcess", "WorkerSpec"]
 
@@ -73,7 +76,7 @@ class RelayConnection(Connection):
         """
         if self._closed:
             raise TransportClosed(f"the worker at {self.peer} is gone")
-        self.link.conn.send([headers.encode(headers.Relay(self.peer)), *parts])
+        self.link.to_worker(self.peer, parts)
 
     def start(self) -> None:
         """Nothing to read: replies come on the agent's connection."""
@@ -178,6 +181,9 @@ class AgentLink:
         # kills it, and leaves it running when this process exits.
         self.leased = False
         self._detached_why: str | None = None
+        # The tree of agents of this host's mesh, when it has more hosts than its
+        # fan-out (``_cast_tree``); None: the owner reaches this agent directly.
+        self.tree: CastTree | None = None
 
     def __repr__(self) -> str:
         return f"<host agent on {self.hostname} ({self.address})>"
@@ -262,6 +268,26 @@ class AgentLink:
         payload, _ = dumps(args)
         with contextlib.suppress(TransportClosed):
             self.conn.send([headers.encode(headers.HostOp(0, op)), payload])
+
+    async def listen_for_peers(self) -> str:
+        """Have the agent accept other agents of the job (a tree of agents); where."""
+        address: str = await self._request("listen")
+        return address
+
+    def forget_peer(self, address: str) -> None:
+        """Tell the agent the agent at ``address`` is gone (it hangs up on it)."""
+        self._tell("forget_peer", address)
+
+    def to_worker(self, address: str, parts: Sequence[Buffer]) -> None:
+        """Send one frame to this host's worker at ``address``: a ``RELAY`` to the agent,
+        or, in a tree of agents, a ``ROUTE`` down the path casts take (any thread)."""
+        tree = self.tree
+        if tree is not None:
+            first, hops = tree.route(self)
+            if hops:
+                first.conn.send([headers.encode(headers.Route(hops, address)), *parts])
+                return
+        self.conn.send([headers.encode(headers.Relay(address)), *parts])
 
     def relay(self, address: str) -> RelayConnection:
         """The way to the worker at ``address``."""

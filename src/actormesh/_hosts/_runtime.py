@@ -41,6 +41,7 @@ from .._transport import (
 )
 from ._agent_link import AgentLink, RelayConnection, RelayedProcess, WorkerSpec
 from ._aggregate import LineAggregator
+from ._cast_tree import CastTree, branch_ranks
 from ._debug_relay import DebugRelay
 from ._event_log import EventLog, open_event_log
 from ._forkserver import ForkServer, template_key
@@ -93,6 +94,9 @@ class Runtime(CoreRuntime):
         self.event_source: str | None = None
         self._events: EventLog | bool | None = None  # False: none is kept here
         self._events_lock = threading.Lock()
+        # Told of every connection that closes and is no worker's (a host agent hears
+        # of its peers in a tree of agents this way, see _peers).
+        self.close_listeners: list[Callable[[Connection], None]] = []
 
     # -- the job event log ----------------------------------------------------------------
 
@@ -135,6 +139,8 @@ class Runtime(CoreRuntime):
     def _child_connection_closed(self, conn: Connection, error: BaseException | None) -> bool:
         child = self._child_conns.get(conn)
         if child is None:
+            for listener in list(self.close_listeners):
+                listener(conn)
             return False
         if isinstance(child, RemoteProcess):
             child.connection_lost()  # no exit status crosses hosts: this is its death
@@ -490,9 +496,14 @@ class Runtime(CoreRuntime):
                 self.send(conn, header, parts, shares.get(id(parts)))
             except ActorDiedError as error:
                 failed.append((ranks, error.reason or str(error)))
+        trees: dict[tuple[int, int], tuple[CastTree, list[Any], list[Any]]] = {}
         for group in by_agent.values():
             first = group[0][0]
             parts = next(p for c, r, h, p in frames if c is first)
+            tree = first.link.tree
+            if tree is not None:
+                trees.setdefault((id(tree), id(parts)), (tree, parts, []))[2].extend(group)
+                continue
             try:
                 if len(group) == 1:
                     self.send(first, group[0][2], parts)
@@ -501,7 +512,57 @@ class Runtime(CoreRuntime):
                     first.link.cast(gather, targets, parts, combine)
             except (ActorDiedError, TransportClosed) as error:
                 failed.extend((r, str(error)) for _, r, _ in group)
+        for tree, parts, members in trees.values():
+            failed.extend(self._tree_cast(tree, members, parts, gather, combine))
         return failed
+
+    def _tree_cast(
+        self,
+        tree: CastTree,
+        group: list[tuple[RelayConnection, tuple[int, ...], Any]],
+        parts: list[Any],
+        gather: int,
+        combine: bytes | None,
+    ) -> list[tuple[tuple[int, ...], str]]:
+        """Send one cast into a tree of agents: one ``TREE_CAST`` per child of this
+        process whose subtree it touches (``_cast_tree``); the ``(ranks, why)`` that
+        failed."""
+        targets: dict[int, list[headers.CastTarget]] = {}
+        for conn, ranks, header in group:
+            position = tree.position(conn.link)
+            targets.setdefault(position, []).append((conn.peer, ranks, headers.encode(header)))
+        failed: list[tuple[tuple[int, ...], str]] = []
+        for top, own, below in tree.branches(targets):
+            header = headers.encode(headers.TreeCast(gather, own, combine, below))
+            try:
+                top.conn.send([header, *parts])
+            except TransportClosed as error:
+                failed.append((tuple(branch_ranks(own, below)), str(error)))
+        return failed
+
+    async def form_tree(self, links: Sequence[AgentLink], k: int) -> CastTree | None:
+        """Make ``links`` (a host mesh's agents, in its order) a tree of fan-out ``k``
+        when there are more than ``k`` (``_cast_tree``); None: one level is enough."""
+        if len(links) <= k:
+            return None
+        addresses = await asyncio.gather(*(link.listen_for_peers() for link in links))
+        return CastTree(links, k, addresses)
+
+    def _tree_agent_lost(self, link: AgentLink, how: str) -> None:
+        """An agent of a tree died (loop thread): calls under way to the hosts below it
+        fail, naming it (their frames and replies went through it), and the agents above
+        it hang up on it (a cut link would leave them waiting)."""
+        assert link.tree is not None
+        below, above = link.tree.lost(link)
+        reason = f"the host agent on {link.hostname}, which relays to this host, is gone: {how}"
+        for other in below:
+            for path in list(other.workers):
+                conn = self._conns.get(path)
+                if conn is not None:
+                    self._fail_connection(conn, reason)
+        address = link.tree.addresses[link.tree.position(link)]
+        for other in above:
+            other.forget_peer(address)
 
     def _monitor(self) -> HeartbeatMonitor:
         if self._heartbeat is None:
@@ -559,6 +620,8 @@ class Runtime(CoreRuntime):
             link = self.agents.pop(child.conn, None)
             if link is not None:  # a host agent: its workers went with it
                 link.lost(how)
+                if link.tree is not None:
+                    self._tree_agent_lost(link, how)
         if self._heartbeat is not None:
             self._heartbeat.untrack(child)
         self._dead_paths[path] = reason
