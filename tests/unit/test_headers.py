@@ -35,6 +35,13 @@ EXAMPLES: list[Any] = [
     headers.Event("exited", "/tmp/w.sock"),
     headers.Observe(8, "stats"),
     headers.Debug("s-1", "open"),
+    headers.TreeCast(
+        4,
+        [("/tmp/w.sock", (0,), b"\x80\x05")],
+        None,
+        [("tcp://10.0.0.3:7001", [("/tmp/v.sock", (1,), b"\x80\x05")], [])],
+    ),
+    headers.Route(("tcp://10.0.0.3:7001",), "/tmp/v.sock"),
 ]
 
 

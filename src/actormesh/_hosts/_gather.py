@@ -21,7 +21,7 @@ from .._core import headers
 from .._transport import Connection
 from ._reduction import Reduction
 
-__all__ = ["DONE", "Batch"]
+__all__ = ["Batch", "DONE"]
 
 # The rank of the last entry of a subtree's REPLIES frame to its parent agent.
 DONE = -3
