@@ -118,7 +118,7 @@ class RelayedProcess(ChildProcess):
             return
         status.returncode = code if code is not None else 1
         if self.death_note is None:
-            self.death_note = f"on {self.host} {how}"
+            self.death_note = f"on {self.link.where} {how}"
         if self._on_exit is not None:
             self._on_exit(self)
 
@@ -186,7 +186,13 @@ class AgentLink:
         self.tree: CastTree | None = None
 
     def __repr__(self) -> str:
-        return f"<host agent on {self.hostname} ({self.address})>"
+        return f"<host agent on {self.where}>"
+
+    @property
+    def where(self) -> str:
+        """The host, as errors name it: its name and address (hosts that share a name,
+        network namespaces or containers of one machine, differ by address)."""
+        return f"{self.hostname} ({self.address})" if self.address else self.hostname
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -339,9 +345,9 @@ class AgentLink:
         leased agent, this owner was detached from them (they run on)."""
         if self._detached_why is not None:
             reason = self._detached_why
-            self.lost_reason = f"detached from the host agent on {self.hostname}: {reason}"
+            self.lost_reason = f"detached from the host agent on {self.where}: {reason}"
         else:
-            self.lost_reason = f"the host agent on {self.hostname} is gone: {reason}"
+            self.lost_reason = f"the host agent on {self.where} is gone: {reason}"
         workers, self.workers = self.workers, {}
         how = "is gone with its host agent" if self._detached_why is None else "is out of reach"
         for worker in workers.values():

@@ -554,7 +554,7 @@ class Runtime(CoreRuntime):
         it hang up on it (a cut link would leave them waiting)."""
         assert link.tree is not None
         below, above = link.tree.lost(link)
-        reason = f"the host agent on {link.hostname}, which relays to this host, is gone: {how}"
+        reason = f"the host agent on {link.where}, which relays to this host, is gone: {how}"
         for other in below:
             for path in list(other.workers):
                 conn = self._conns.get(path)
