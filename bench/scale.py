@@ -6,6 +6,9 @@ needed). The same processes (``--hosts`` x ``--per-host``) are reached two ways:
 - **agents**: one host agent per host (``actormesh host --join``), ``host_mesh`` +
   ``spawn_procs``; the controller sends one frame per host per cast and gets one
   gathered reply frame per host;
+- **tree** (with ``--fan-out K``): the same agents forming a tree of fan-out K
+  (``host_mesh(fan_out=K)``): the controller sends at most K frames per cast, the agents
+  forward and merge the replies per subtree;
 - **flat**: every process joins the controller itself (``actormesh worker --join``);
   the controller sends one frame per process and reads one reply per process.
 
@@ -13,7 +16,7 @@ For each: the time to spawn the processes, the latency of ``call`` + gather (med
 p99), the controller's CPU time per call (its whole process, every thread), and the
 frames the controller sent per cast (counted on its connections). Then a mesh of
 ``--actors`` actors (several per process, ``ProcMesh.repeat``) is spawned through the
-agents and called. Results go to ``bench/results/scale.json`` and
+agents (and through the tree) and called. Results go to ``bench/results/scale.json`` and
 ``bench/figures/scale.png`` (``--out``, ``--figure``), and a Markdown table to stdout.
 ``bench/tests/test_scale.py`` runs a small form (2 hosts) so the script cannot break
 unnoticed.
@@ -49,7 +52,8 @@ class Echo(Actor):
 
 
 def _frames_per_cast(mesh: ActorMesh[Echo]) -> int:
-    """Frames the controller sends for one ``call`` to ``mesh`` (CALL, RELAY or CAST)."""
+    """Frames the controller sends for one ``call`` to ``mesh`` (CALL, RELAY, CAST or
+    TREE_CAST)."""
     runtime = Runtime.get()
     sent = 0
     conns = list(runtime.agents) or [
@@ -61,7 +65,8 @@ def _frames_per_cast(mesh: ActorMesh[Echo]) -> int:
 
         def counting(parts: Any, share: Any = None, _send: Callable[..., None] = conn.send) -> None:
             nonlocal sent
-            if headers.decode(parts[0])[0] in (headers.CALL, headers.CAST, headers.RELAY):
+            kind = headers.decode(parts[0])[0]
+            if kind in (headers.CALL, headers.CAST, headers.RELAY, headers.TREE_CAST):
                 sent += 1
             _send(parts, share)
 
@@ -92,13 +97,15 @@ def _measure(mesh: ActorMesh[Echo], calls: int) -> dict[str, float]:
     }
 
 
-def _agents(network: Network, per_host: int, calls: int, actors: int) -> dict[str, Any]:
+def _agents(
+    network: Network, per_host: int, calls: int, actors: int, fan_out: int
+) -> dict[str, Any]:
     hosts_count = len(network.hosts)
     allocator = ExternalAllocator(f"{network.controller_ip}:0", timeout=120)
     address = allocator.listen().removeprefix("tcp://")
     assert allocator.secret is not None
     started = time.monotonic()
-    future = host_mesh(hosts_count, allocator=allocator)
+    future = host_mesh(hosts_count, allocator=allocator, fan_out=fan_out)
     for host in network.hosts:
         network.start_agent(host, address, allocator.secret)
     hosts = future.get(timeout=180)
@@ -147,7 +154,10 @@ def _flat(network: Network, per_host: int, calls: int) -> dict[str, Any]:
 
 
 def _table(results: dict[str, Any]) -> str:
-    agents, flat = results["agents"], results["flat"]
+    ways = [("agents", "through host agents, one level")]
+    if "tree" in results:
+        ways.append(("tree", f"through a tree of agents, fan-out {results['fan_out']}"))
+    ways.append(("flat", "flat (every process to the controller)"))
     rows = [
         ("frames sent by the controller per cast", "frames_per_cast", "{:.0f}"),
         ("spawn of the processes, s", "spawn_s", "{:.2f}"),
@@ -156,19 +166,22 @@ def _table(results: dict[str, Any]) -> str:
         ("controller CPU per call, µs", "controller_cpu_per_call_us", "{:,.0f}"),
     ]
     head = f"{results['hosts']} hosts x {results['per_host']} processes"
-    lines = [f"| {head} | through host agents | flat (every process to the controller) |"]
-    lines.append("|---|---|---|")
+    lines = [f"| {head} | " + " | ".join(title for _, title in ways) + " |"]
+    lines.append("|---" * (len(ways) + 1) + "|")
     for label, key, form in rows:
-        lines.append(f"| {label} | {form.format(agents[key])} | {form.format(flat[key])} |")
-    many = agents["many"]
-    lines.append("")
-    lines.append(
-        f"{many['actors']} actors ({many['actors'] // (results['hosts'] * results['per_host'])}"
-        f" per process, through agents): spawn + first call {many['spawn_and_first_call_s']:.2f}"
-        f" s; call + gather median {many['gather_median_us'] / 1000:.1f} ms, p99 "
-        f"{many['gather_p99_us'] / 1000:.1f} ms; controller CPU per call "
-        f"{many['controller_cpu_per_call_us'] / 1000:.1f} ms"
-    )
+        cells = " | ".join(form.format(results[way][key]) for way, _ in ways)
+        lines.append(f"| {label} | {cells} |")
+    for way, title in ways[:-1]:
+        many = results[way]["many"]
+        per_process = many["actors"] // (results["hosts"] * results["per_host"])
+        lines.append("")
+        lines.append(
+            f"{many['actors']} actors ({per_process} per process, {title}): spawn + first "
+            f"call {many['spawn_and_first_call_s']:.2f} s; call + gather median "
+            f"{many['gather_median_us'] / 1000:.1f} ms, p99 "
+            f"{many['gather_p99_us'] / 1000:.1f} ms; controller CPU per call "
+            f"{many['controller_cpu_per_call_us'] / 1000:.1f} ms"
+        )
     return "\n".join(lines)
 
 
@@ -186,9 +199,13 @@ def _chart(results: dict[str, Any], path: Path) -> None:
         ("frames_per_cast", "frames per cast"),
     ]
     figure, axes = plt.subplots(1, len(keys), figsize=(11, 3.4))
+    ways = [("agents", "one level", "#2b7bba")]
+    if "tree" in results:
+        ways.append(("tree", f"tree (k={results['fan_out']})", "#3a9a5b"))
+    ways.append(("flat", "flat", "#b0b0b0"))
     for axis, (key, title) in zip(axes, keys, strict=True):
-        values = [results["agents"][key], results["flat"][key]]
-        axis.bar(["host agents", "flat"], values, color=["#2b7bba", "#b0b0b0"])
+        values = [results[way][key] for way, _, _ in ways]
+        axis.bar([label for _, label, _ in ways], values, color=[c for _, _, c in ways])
         axis.set_title(title, fontsize=10)
         for x, value in enumerate(values):
             axis.annotate(f"{value:,.0f}", (x, value), ha="center", va="bottom", fontsize=9)
@@ -206,13 +223,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-host", type=int, default=4)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--actors", type=int, default=1024)
+    parser.add_argument(
+        "--fan-out",
+        type=int,
+        default=None,
+        help="also measure the agents as a tree of this fan-out (host_mesh(fan_out=))",
+    )
     parser.add_argument("--out", type=Path, default=BENCH / "results" / "scale.json")
     parser.add_argument("--figure", type=Path, default=BENCH / "figures" / "scale.png")
     args = parser.parse_args(argv)
     os.environ["ACTORMESH_OUTPUT"] = "off"
+    if args.fan_out is not None and (args.fan_out < 2 or args.fan_out >= args.hosts):
+        parser.error(f"--fan-out must be at least 2 and below --hosts ({args.hosts})")
+    one_level = max(2, args.hosts)  # a fan-out no smaller than the hosts: no tree
+    tree: dict[str, Any] | None = None
     try:
         with namespace_hosts(args.hosts) as network:
-            agents = _agents(network, args.per_host, args.calls, args.actors)
+            agents = _agents(network, args.per_host, args.calls, args.actors, one_level)
+            if args.fan_out is not None:
+                tree = _agents(network, args.per_host, args.calls, args.actors, args.fan_out)
             flat = _flat(network, args.per_host, args.calls)
     except PermissionError as error:
         print(f"bench.scale needs network namespaces (root): {error}", file=sys.stderr)
@@ -222,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         "per_host": args.per_host,
         "calls": args.calls,
         "agents": agents,
+        **({} if tree is None else {"tree": tree, "fan_out": args.fan_out}),
         "flat": flat,
         "cpus": os.cpu_count(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
