@@ -257,19 +257,21 @@ class _Job:
             agent.wait(15)
 
 
-def _stream_and_break(network: Network, env: dict[str, str], cut: bool) -> dict[str, Any]:
-    """Run the ``stream`` program on a tree, break host VICTIM's agent (SIGKILL, or its
-    link cut) in the middle of the stream; the program's report."""
-    victim = network.hosts[VICTIM]
+def _stream_and_break(
+    network: Network, env: dict[str, str], cut: bool, position: int = VICTIM
+) -> dict[str, Any]:
+    """Run the ``stream`` program on a tree, break the agent of host ``position``
+    (SIGKILL, or its link cut) in the middle of the stream; the program's report."""
+    victim = network.hosts[position]
     job = _Job(network, env)
     try:
         assert job.line(120).startswith("READY")
-        job.say(f"go {VICTIM}")
+        job.say(f"go {position}")
         assert job.line(60).startswith("STREAMING")
         if cut:
             ip("-n", victim.netns, "link", "set", "eth0", "down")
         else:
-            job.agents[VICTIM].send_signal(signal.SIGKILL)
+            job.agents[position].send_signal(signal.SIGKILL)
         report: dict[str, Any] = json.loads(job.line(120))
         return report
     finally:
@@ -278,11 +280,11 @@ def _stream_and_break(network: Network, env: dict[str, str], cut: bool) -> dict[
         job.end()
 
 
-def _check_report(network: Network, report: dict[str, Any]) -> None:
+def _check_report(network: Network, report: dict[str, Any], position: int = VICTIM) -> None:
     outcomes = report["outcomes"]
     failures = [o for o in outcomes if not o["ok"]]
     assert failures, "the stream went on past the agent's death without one failure"
-    dead_ip = network.hosts[VICTIM].ip
+    dead_ip = network.hosts[position].ip
     for failure in failures:  # every call answered, or failed naming the dead host
         assert failure["error"] == "ActorDiedError", failure
         assert f"({dead_ip})" in failure["message"], failure
@@ -296,6 +298,23 @@ def test_an_interior_agent_killed_mid_stream_fails_only_what_it_must(network: Ne
 def test_an_interior_agent_cut_off_mid_stream_is_routed_around(network: Network) -> None:
     env = {"ACTORMESH_HEARTBEAT_TIMEOUT": "2", "ACTORMESH_HEARTBEAT_INTERVAL": "0.5"}
     _check_report(network, _stream_and_break(network, env, cut=True))
+
+
+def test_the_controller_probes_only_the_agents_it_casts_to(where: ActorMesh[Where]) -> None:
+    runtime = Runtime.get()
+    monitor = runtime._heartbeat
+    assert monitor is not None
+    links = [link for link in runtime.agents.values() if link.tree is not None]
+    probed = {link.address for link in links if link.process.listen_path in monitor._watched}
+    assert probed == {link.address for link in links[:FAN_OUT]}
+
+
+def test_a_deeper_agent_cut_off_is_found_by_its_parents_heartbeats(network: Network) -> None:
+    # Host FAN_OUT hangs under host 0: only host 0's agent probes it.
+    env = {"ACTORMESH_HEARTBEAT_TIMEOUT": "2", "ACTORMESH_HEARTBEAT_INTERVAL": "0.5"}
+    report = _stream_and_break(network, env, cut=True, position=FAN_OUT)
+    _check_report(network, report, FAN_OUT)
+    assert any("its parent agent's heartbeats" in o.get("message", "") for o in report["outcomes"])
 
 
 def test_killing_the_controller_of_a_tree_empties_every_namespace(network: Network) -> None:

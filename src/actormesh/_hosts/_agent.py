@@ -55,6 +55,7 @@ from .._transport import (
     run_blocking,
 )
 from ._agent_link import WorkerSpec
+from ._child_watch import ChildWatch
 from ._gather import DONE, Batch
 from ._lease import Lease
 from ._lifetime import serve
@@ -129,6 +130,9 @@ class Agent:
         self._batches: dict[int, Batch] = {}
         # The agents this one relays to in a tree of agents (dialled on first use).
         self._peers = Peers(runtime, self._peer_lost)
+        # Its heartbeats to its child agents, when the controller leaves them to it.
+        self._child_watch = ChildWatch(runtime.loop, self._peers.send, self._child_silent)
+        runtime.pong_listener = self._child_watch.answered
         # A job that outlives its controller (see _lease); None: the agent ends with it.
         self.lease: Lease | None = None
         runtime.frame_kinds[headers.HOST] = self._host
@@ -182,6 +186,8 @@ class Agent:
             self.runtime.loop.create_task(self._answer(conn, req_id, self._listen()))
         elif op == "forget_peer":
             self._peers.forget(*args)
+        elif op == "watch":
+            self._child_watch.watch(*args)
         elif op == "record":
             self._record(*args)
         elif op == "replay":
@@ -389,6 +395,10 @@ class Agent:
                 batch.waiting[address] = 1
                 if batch.answered(address):
                     self._flush(req_id)
+
+    def _child_silent(self, address: str, note: str) -> None:
+        """A child agent stopped answering heartbeats: the owner declares it dead."""
+        self._event("agent_silent", address, {"note": note})
 
     def _connection_closed(self, conn: Connection) -> None:
         if self._peers.closed(conn):

@@ -280,6 +280,11 @@ class AgentLink:
         address: str = await self._request("listen")
         return address
 
+    def watch(self, addresses: list[str], interval: float, timeout: float) -> None:
+        """Have the agent probe the agents at ``addresses`` (its children in a tree) with
+        heartbeats, and report one that falls silent (``EVENT agent_silent``)."""
+        self._tell("watch", addresses, interval, timeout)
+
     def forget_peer(self, address: str) -> None:
         """Tell the agent the agent at ``address`` is gone (it hangs up on it)."""
         self._tell("forget_peer", address)

@@ -12,6 +12,10 @@ When an agent dies its position stays dead: its children are reached through its
 nearest live ancestor from then on (``_tree.live_parent``), and the calls that were
 under way through it toward its subtree are failed by the controller, naming it
 (``Runtime._tree_agent_lost``): nothing waits for a subtree whose relay is gone.
+
+Liveness follows the tree too: the controller probes only the agents it reaches first
+(``on_top``), each interior agent probes its children (``watchers``, ``_child_watch``)
+and reports a silent one, which the controller then declares dead.
 """
 
 from __future__ import annotations
@@ -48,6 +52,35 @@ class CastTree:
 
     def position(self, link: AgentLink) -> int:
         return self._position[id(link)]
+
+    def address(self, link: AgentLink) -> str:
+        """Where the other agents reach ``link``'s."""
+        return self.addresses[self.position(link)]
+
+    def link_at(self, address: str) -> AgentLink | None:
+        """The agent that other agents reach at ``address``."""
+        for index, known in enumerate(self.addresses):
+            if known == address:
+                return self.links[index]
+        return None
+
+    def on_top(self, link: AgentLink) -> bool:
+        """True when the controller reaches ``link`` first, with no agent between."""
+        return _tree.live_parent(self.position(link), self.k, self.dead) == _tree.ROOT
+
+    def watchers(self) -> list[tuple[AgentLink | None, list[AgentLink]]]:
+        """Who probes whom: each live interior agent (``None``: the controller) and its
+        live children."""
+        hosts = len(self.links)
+        found: list[tuple[AgentLink | None, list[AgentLink]]] = []
+        for node in [_tree.ROOT, *range(hosts)]:
+            if node in self.dead:
+                continue
+            children = _tree.live_children(node, hosts, self.k, self.dead)
+            if children:
+                parent = None if node == _tree.ROOT else self.links[node]
+                found.append((parent, [self.links[c] for c in children]))
+        return found
 
     def route(self, link: AgentLink) -> tuple[AgentLink, tuple[str, ...]]:
         """The first agent on the way to ``link``'s host (a child of the controller),

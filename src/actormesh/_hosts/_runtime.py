@@ -97,6 +97,9 @@ class Runtime(CoreRuntime):
         # Told of every connection that closes and is no worker's (a host agent hears
         # of its peers in a tree of agents this way, see _peers).
         self.close_listeners: list[Callable[[Connection], None]] = []
+        # Told of every PONG by the peer's address (an agent's heartbeats to its child
+        # agents, see _child_watch).
+        self.pong_listener: Callable[[str], None] | None = None
 
     # -- the job event log ----------------------------------------------------------------
 
@@ -132,6 +135,8 @@ class Runtime(CoreRuntime):
     def _heartbeat_answered(self, peer: str) -> None:
         if self._heartbeat is not None:
             self._heartbeat.answered(peer)
+        if self.pong_listener is not None:
+            self.pong_listener(peer)
 
     def _owns_processes(self) -> bool:
         return bool(self._children)
@@ -462,6 +467,12 @@ class Runtime(CoreRuntime):
         if link is None:
             raise ValueError(f"an EVENT from {conn.peer}, which is no host agent of ours")
         what, address = headers.read(headers.Event, header)
+        if what == "agent_silent" and link.tree is not None:
+            # A parent agent's heartbeats found its child silent (_child_watch).
+            silent = link.tree.link_at(address)
+            if silent is not None and silent.process.alive():
+                self._declare_dead(silent.process, str(loads(parts[1])["note"]))
+            return
         link.on_event(what, address, loads(parts[1]))
 
     def send_frames(
@@ -546,7 +557,25 @@ class Runtime(CoreRuntime):
         if len(links) <= k:
             return None
         addresses = await asyncio.gather(*(link.listen_for_peers() for link in links))
-        return CastTree(links, k, addresses)
+        tree = CastTree(links, k, addresses)
+        self._watch_tree(tree)
+        return tree
+
+    def _watch_tree(self, tree: CastTree, adopted: Sequence[AgentLink] = ()) -> None:
+        """Probe only the agents that hang under this process in ``tree`` (``adopted``:
+        agents that may have come up to it, not probed by it yet); have each interior
+        agent probe its own children (``_child_watch``)."""
+        config = self.config
+        for link, children in tree.watchers():
+            if link is not None:
+                addresses = [tree.address(child) for child in children]
+                link.watch(addresses, config.heartbeat_interval, config.heartbeat_timeout)
+        monitor = self._monitor()
+        for link in tree.links:
+            if not tree.on_top(link):
+                monitor.untrack(link.process)
+            elif any(link is other for other in adopted) and link.process.alive():
+                monitor.track(link.process)
 
     def _tree_agent_lost(self, link: AgentLink, how: str) -> None:
         """An agent of a tree died (loop thread): calls under way to the hosts below it
@@ -560,9 +589,10 @@ class Runtime(CoreRuntime):
                 conn = self._conns.get(path)
                 if conn is not None:
                     self._fail_connection(conn, reason)
-        address = link.tree.addresses[link.tree.position(link)]
+        address = link.tree.address(link)
         for other in above:
             other.forget_peer(address)
+        self._watch_tree(link.tree, below)  # its children have another parent now
 
     def _monitor(self) -> HeartbeatMonitor:
         if self._heartbeat is None:
