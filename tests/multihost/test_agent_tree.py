@@ -43,6 +43,12 @@ HOSTS = int(os.environ.get("ACTORMESH_TREE_HOSTS", "8"))
 FAN_OUT = int(os.environ.get("ACTORMESH_TREE_FAN_OUT", "2"))
 # An interior agent: position 0 relays to 1..k-1's neighbours' subtrees' first level.
 VICTIM = 0
+# Heartbeats for the cut-link tests: short, but not so short that a healthy agent of a
+# large tree on a loaded machine misses them (the slow run has four times the hosts).
+BEAT = {
+    "ACTORMESH_HEARTBEAT_TIMEOUT": "2" if HOSTS <= 8 else "6",
+    "ACTORMESH_HEARTBEAT_INTERVAL": "0.5",
+}
 
 
 @pytest.fixture(scope="module")
@@ -296,8 +302,7 @@ def test_an_interior_agent_killed_mid_stream_fails_only_what_it_must(network: Ne
 
 
 def test_an_interior_agent_cut_off_mid_stream_is_routed_around(network: Network) -> None:
-    env = {"ACTORMESH_HEARTBEAT_TIMEOUT": "2", "ACTORMESH_HEARTBEAT_INTERVAL": "0.5"}
-    _check_report(network, _stream_and_break(network, env, cut=True))
+    _check_report(network, _stream_and_break(network, BEAT, cut=True))
 
 
 def test_the_controller_probes_only_the_agents_it_casts_to(where: ActorMesh[Where]) -> None:
@@ -311,8 +316,7 @@ def test_the_controller_probes_only_the_agents_it_casts_to(where: ActorMesh[Wher
 
 def test_a_deeper_agent_cut_off_is_found_by_its_parents_heartbeats(network: Network) -> None:
     # Host FAN_OUT hangs under host 0: only host 0's agent probes it.
-    env = {"ACTORMESH_HEARTBEAT_TIMEOUT": "2", "ACTORMESH_HEARTBEAT_INTERVAL": "0.5"}
-    report = _stream_and_break(network, env, cut=True, position=FAN_OUT)
+    report = _stream_and_break(network, BEAT, cut=True, position=FAN_OUT)
     _check_report(network, report, FAN_OUT)
     assert any("its parent agent's heartbeats" in o.get("message", "") for o in report["outcomes"])
 
@@ -325,12 +329,12 @@ def test_killing_the_controller_of_a_tree_empties_every_namespace(network: Netwo
         assert len(started) >= 2 * HOSTS  # an agent and a worker on each host at least
         job.controller.kill()
         killed = time.monotonic()
-        while job.started() & started:
-            assert time.monotonic() - killed < 10, "the namespaces did not empty"
-            time.sleep(0.05)
         # Each agent hears of it itself (its own connection to the controller), as with
-        # one level. (32 hosts of processes dying on two cores took 3.2 s: only the
-        # 10 s above holds for the slow run.)
-        assert HOSTS > 8 or time.monotonic() - killed < 2.5
+        # one level. (32 hosts' processes dying on two loaded cores took 3 to 10 s: the
+        # slow run only checks that they all go.)
+        limit = 2.5 if HOSTS <= 8 else 30.0
+        while job.started() & started:
+            assert time.monotonic() - killed < limit, "the namespaces did not empty"
+            time.sleep(0.05)
     finally:
         job.end()
