@@ -12,9 +12,12 @@ needed). The same processes (``--hosts`` x ``--per-host``) are reached two ways:
 - **flat**: every process joins the controller itself (``actormesh worker --join``);
   the controller sends one frame per process and reads one reply per process.
 
-For each: the time to spawn the processes, the latency of ``call`` + gather (median and
-p99), the controller's CPU time per call (its whole process, every thread), and the
-frames the controller sent per cast (counted on its connections). Then a mesh of
+Every way is opened at once (the agents of one level and of the tree side by side on
+each host), then measured in interleaved rounds (``--rounds``), so a machine whose load
+changes meanwhile weighs on every way alike. For each: the time to spawn the
+processes, the latency of ``call`` + gather (median and p99), the controller's CPU time
+per call (its whole process, every thread), and the frames the controller sent per
+cast (counted on its connections). Then a mesh of
 ``--actors`` actors (several per process, ``ProcMesh.repeat``) is spawned through the
 agents (and through the tree) and called. Results go to ``bench/results/scale.json`` and
 ``bench/figures/scale.png`` (``--out``, ``--figure``), and a Markdown table to stdout.
@@ -56,9 +59,10 @@ def _frames_per_cast(mesh: ActorMesh[Echo]) -> int:
     TREE_CAST)."""
     runtime = Runtime.get()
     sent = 0
-    conns = list(runtime.agents) or [
-        conn for conn in runtime._conns.values() if conn.peer.startswith("tcp://")
-    ]
+    conns = {
+        *runtime.agents,
+        *(conn for conn in runtime._conns.values() if conn.peer.startswith("tcp://")),
+    }
     originals = {}
     for conn in conns:
         originals[conn] = conn.send
@@ -79,27 +83,54 @@ def _frames_per_cast(mesh: ActorMesh[Echo]) -> int:
     return sent
 
 
-def _measure(mesh: ActorMesh[Echo], calls: int) -> dict[str, float]:
-    for _ in range(20):  # warm up connections and caches
-        mesh.echo.call(1).get(timeout=60)
+def _timed_calls(mesh: ActorMesh[Echo], calls: int) -> tuple[list[float], float]:
+    """The latency of each of ``calls`` calls + gathers, and the controller's CPU time."""
     latencies = []
     cpu = time.process_time()
     for i in range(calls):
         started = time.perf_counter()
         mesh.echo.call(i).get(timeout=60)
         latencies.append(time.perf_counter() - started)
-    cpu = time.process_time() - cpu
-    latencies.sort()
+    return latencies, time.process_time() - cpu
+
+
+def _summary(latencies: list[float], cpu: float) -> dict[str, float]:
+    ordered = sorted(latencies)
     return {
-        "gather_median_us": statistics.median(latencies) * 1e6,
-        "gather_p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
-        "controller_cpu_per_call_us": cpu / calls * 1e6,
+        "gather_median_us": statistics.median(ordered) * 1e6,
+        "gather_p99_us": ordered[int(len(ordered) * 0.99)] * 1e6,
+        "controller_cpu_per_call_us": cpu / len(ordered) * 1e6,
     }
 
 
-def _agents(
-    network: Network, per_host: int, calls: int, actors: int, fan_out: int
-) -> dict[str, Any]:
+def _measure(meshes: dict[str, ActorMesh[Echo]], calls: int, rounds: int) -> dict[str, Any]:
+    """``calls`` calls + gathers on each mesh, in ``rounds`` interleaved rounds (so a
+    machine whose load changes meanwhile weighs on every way alike)."""
+    for mesh in meshes.values():
+        for _ in range(20):  # warm up connections and caches
+            mesh.echo.call(1).get(timeout=60)
+    latencies: dict[str, list[float]] = {way: [] for way in meshes}
+    cpu = dict.fromkeys(meshes, 0.0)
+    per_round = max(1, calls // rounds)
+    for _ in range(rounds):
+        for way, mesh in meshes.items():
+            these, spent = _timed_calls(mesh, per_round)
+            latencies[way].extend(these)
+            cpu[way] += spent
+    return {way: _summary(latencies[way], cpu[way]) for way in meshes}
+
+
+class _Way:
+    """One way of reaching the same hosts' processes, opened; ``close()`` ends it."""
+
+    def __init__(self, mesh: ActorMesh[Echo], result: dict[str, Any], close: Any) -> None:
+        self.mesh = mesh
+        self.result = result
+        self.close = close
+        self.procs: Any = None
+
+
+def _agents(network: Network, per_host: int, fan_out: int) -> _Way:
     hosts_count = len(network.hosts)
     allocator = ExternalAllocator(f"{network.controller_ip}:0", timeout=120)
     address = allocator.listen().removeprefix("tcp://")
@@ -115,25 +146,32 @@ def _agents(
     mesh = procs.spawn("echo", Echo)
     mesh.echo.call(0).get(timeout=120)
     spawn_s = time.monotonic() - started
-    result: dict[str, Any] = {"agents_join_s": agents_s, "spawn_s": spawn_s}
-    result.update(_measure(mesh, calls))
-    result["frames_per_cast"] = _frames_per_cast(mesh)
-    per_process = max(1, actors // (hosts_count * per_host))
+
+    def close() -> None:
+        procs.stop().get(timeout=120)
+        hosts.shutdown().get(timeout=120)
+        allocator.close()
+
+    way = _Way(mesh, {"agents_join_s": agents_s, "spawn_s": spawn_s}, close)
+    way.procs = procs
+    return way
+
+
+def _many(way: _Way, hosts: int, per_host: int, actors: int, calls: int) -> dict[str, Any]:
+    """A mesh of ``actors`` actors (several per process) through ``way``'s agents."""
+    per_process = max(1, actors // (hosts * per_host))
     started = time.monotonic()
-    many = procs.repeat(actors=per_process).spawn("many", Echo)
+    many = way.procs.repeat(actors=per_process).spawn("many", Echo)
     answered = len(many.echo.call(0).get(timeout=180))
-    result["many"] = {
+    spawned = time.monotonic() - started
+    return {
         "actors": answered,
-        "spawn_and_first_call_s": time.monotonic() - started,
-        **_measure(many, max(10, calls // 10)),
+        "spawn_and_first_call_s": spawned,
+        **_measure({"many": many}, max(10, calls // 10), 1)["many"],
     }
-    procs.stop().get(timeout=120)
-    hosts.shutdown().get(timeout=120)
-    allocator.close()
-    return result
 
 
-def _flat(network: Network, per_host: int, calls: int) -> dict[str, Any]:
+def _flat(network: Network, per_host: int) -> _Way:
     allocator = ExternalAllocator(f"{network.controller_ip}:0", timeout=180)
     address = allocator.listen().removeprefix("tcp://")
     assert allocator.secret is not None
@@ -145,12 +183,36 @@ def _flat(network: Network, per_host: int, calls: int) -> dict[str, Any]:
     procs = future.get(timeout=240)
     mesh = procs.spawn("echo", Echo)
     mesh.echo.call(0).get(timeout=120)
-    result: dict[str, Any] = {"spawn_s": time.monotonic() - started}
-    result.update(_measure(mesh, calls))
-    result["frames_per_cast"] = _frames_per_cast(mesh)
-    procs.stop().get(timeout=120)
-    allocator.close()
-    return result
+
+    def close() -> None:
+        procs.stop().get(timeout=120)
+        allocator.close()
+
+    return _Way(mesh, {"spawn_s": time.monotonic() - started}, close)
+
+
+def _run(network: Network, args: argparse.Namespace) -> dict[str, Any]:
+    """Open every way on ``network``, measure them interleaved, close them."""
+    hosts = len(network.hosts)
+    opened: dict[str, _Way] = {}
+    try:
+        opened["agents"] = _agents(network, args.per_host, max(2, hosts))  # one level
+        if args.fan_out is not None:
+            opened["tree"] = _agents(network, args.per_host, args.fan_out)
+        opened["flat"] = _flat(network, args.per_host)
+        meshes = {way: opened[way].mesh for way in opened}
+        measured = _measure(meshes, args.calls, args.rounds)
+        for way, opening in opened.items():
+            opening.result.update(measured[way])
+            opening.result["frames_per_cast"] = _frames_per_cast(opening.mesh)
+        for way in ("agents", "tree"):
+            if way in opened:
+                many = _many(opened[way], hosts, args.per_host, args.actors, args.calls)
+                opened[way].result["many"] = many
+        return {way: opening.result for way, opening in opened.items()}
+    finally:
+        for opening in reversed(opened.values()):
+            opening.close()
 
 
 def _table(results: dict[str, Any]) -> str:
@@ -229,20 +291,21 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="also measure the agents as a tree of this fan-out (host_mesh(fan_out=))",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=10,
+        help="the calls of each way are made in this many rounds, the ways interleaved",
+    )
     parser.add_argument("--out", type=Path, default=BENCH / "results" / "scale.json")
     parser.add_argument("--figure", type=Path, default=BENCH / "figures" / "scale.png")
     args = parser.parse_args(argv)
     os.environ["ACTORMESH_OUTPUT"] = "off"
     if args.fan_out is not None and (args.fan_out < 2 or args.fan_out >= args.hosts):
         parser.error(f"--fan-out must be at least 2 and below --hosts ({args.hosts})")
-    one_level = max(2, args.hosts)  # a fan-out no smaller than the hosts: no tree
-    tree: dict[str, Any] | None = None
     try:
         with namespace_hosts(args.hosts) as network:
-            agents = _agents(network, args.per_host, args.calls, args.actors, one_level)
-            if args.fan_out is not None:
-                tree = _agents(network, args.per_host, args.calls, args.actors, args.fan_out)
-            flat = _flat(network, args.per_host, args.calls)
+            ways = _run(network, args)
     except PermissionError as error:
         print(f"bench.scale needs network namespaces (root): {error}", file=sys.stderr)
         return 2
@@ -250,9 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         "hosts": args.hosts,
         "per_host": args.per_host,
         "calls": args.calls,
-        "agents": agents,
-        **({} if tree is None else {"tree": tree, "fan_out": args.fan_out}),
-        "flat": flat,
+        "rounds": args.rounds,
+        **ways,
+        **({} if args.fan_out is None else {"fan_out": args.fan_out}),
         "cpus": os.cpu_count(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -22,7 +22,7 @@ def test_scale_measures_agents_tree_and_flat_on_three_namespace_hosts(tmp_path: 
         pytest.skip("bench.scale needs network namespaces: root and the ip command")
     out, figure = tmp_path / "scale.json", tmp_path / "scale.png"
     cmd = [sys.executable, "-m", "bench.scale", "--hosts", "3", "--per-host", "2"]
-    cmd += ["--calls", "20", "--actors", "12", "--fan-out", "2"]
+    cmd += ["--calls", "20", "--actors", "12", "--fan-out", "2", "--rounds", "2"]
     cmd += ["--out", str(out), "--figure", str(figure)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=380)
     assert done.returncode == 0, done.stderr[-3000:]
