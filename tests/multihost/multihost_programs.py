@@ -17,6 +17,10 @@ on every host in flight, prints ``STREAMING`` after the first answers (the test 
 or cuts host VICTIM's agent then), goes on until ten calls after the first failure (or
 60 s), and prints, as JSON, every call's outcome and whether the hosts other than
 VICTIM answer the next cast.
+
+``python multihost_programs.py leased_tree LISTEN COUNT NAME`` makes a leased job of
+COUNT host agents as a tree (``ACTORMESH_FAN_OUT``), prints as JSON how many of its
+agents the controller probes itself, and shuts the job down.
 """
 
 from __future__ import annotations
@@ -109,6 +113,20 @@ def stream(listen: str, count: int) -> None:
     time.sleep(600)
 
 
+def leased_tree(listen: str, count: int, name: str) -> None:
+    from actormesh._hosts import Runtime
+
+    allocator = ExternalAllocator(listen, timeout=60)
+    hosts = host_mesh(count, allocator=allocator, keep_alive=60, name=name).get(timeout=90)
+    runtime = Runtime.get()
+    monitor = runtime._heartbeat
+    links = [link for link in runtime.agents.values() if link.tree is not None]
+    watched = monitor._watched if monitor is not None else {}
+    probed = [link for link in links if link.leased and link.process.listen_path in watched]
+    print(json.dumps({"links": len(links), "probed": len(probed)}), flush=True)
+    hosts.shutdown().get(timeout=60)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "controller":
         controller(sys.argv[2], int(sys.argv[3]), sys.argv[4:] == ["frozen"])
@@ -116,3 +134,5 @@ if __name__ == "__main__":
         hosts(sys.argv[2], int(sys.argv[3]))
     elif sys.argv[1] == "stream":
         stream(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "leased_tree":
+        leased_tree(sys.argv[2], int(sys.argv[3]), sys.argv[4])

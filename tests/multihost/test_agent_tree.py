@@ -208,19 +208,22 @@ def test_deep_actors_print_call_each_other_and_restart_in_place(
 
 
 class _Job:
-    """The ``stream`` program as the controller of a tree of every namespace's agent."""
+    """A program of ``multihost_programs.py`` (``stream`` unless said) as the controller
+    of a tree of every namespace's agent."""
 
-    def __init__(self, network: Network, env: dict[str, str]) -> None:
+    def __init__(
+        self, network: Network, env: dict[str, str], program: tuple[str, ...] = ("stream",)
+    ) -> None:
         with socket.socket() as probe:
             probe.bind((network.controller_ip, 0))
             port = probe.getsockname()[1]
         listen = f"{network.controller_ip}:{port}"
         secret = os.urandom(16).hex()
-        program = [sys.executable, str(Path(HERE, "multihost_programs.py")), "stream"]
+        command = [sys.executable, str(Path(HERE, "multihost_programs.py")), program[0]]
         self.network = network
         self.before = {h.netns: set(network.processes_in(h)) for h in network.hosts}
         self.controller = subprocess.Popen(
-            [*program, listen, str(HOSTS)],
+            [*command, listen, str(HOSTS), *program[1:]],
             env={
                 **os.environ,
                 "ACTORMESH_FAN_OUT": str(FAN_OUT),
@@ -336,5 +339,18 @@ def test_killing_the_controller_of_a_tree_empties_every_namespace(network: Netwo
         while job.started() & started:
             assert time.monotonic() - killed < limit, "the namespaces did not empty"
             time.sleep(0.05)
+    finally:
+        job.end()
+
+
+def test_leased_agents_of_a_tree_are_probed_by_the_controller_itself(
+    network: Network, tmp_path: Path
+) -> None:
+    # A leased agent detaches when its controller's heartbeats stop: in a tree it must
+    # still get them from the controller, not only from its parent agent.
+    job = _Job(network, {"ACTORMESH_JOBS_DIR": str(tmp_path)}, ("leased_tree", "treejob"))
+    try:
+        assert json.loads(job.line(120)) == {"links": HOSTS, "probed": HOSTS}
+        assert job.controller.wait(60) == 0
     finally:
         job.end()

@@ -352,8 +352,7 @@ class Agent:
                 self._owner.send(parts)
             return
         batch.add(req_id, rank, ok, parts[1:])
-        address = self._address_of(conn)
-        if address is not None and batch.answered(address):
+        if batch.answered(self._address_of(conn) or ""):
             self._flush(req_id)
 
     def _replies_from_below(

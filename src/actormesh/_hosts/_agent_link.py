@@ -239,6 +239,10 @@ class AgentLink:
         """The agent holds a lease: this owner leaves it running when it goes."""
         self.leased = True
         self.process.kill_with(None)
+        if self.tree is not None:
+            # A leased agent detaches when this owner's heartbeats stop (_lease): in a
+            # tree too it hears them from the owner itself, not from its parent agent.
+            self.runtime.probe_directly(self)
 
     def record(self, key: str, blob: bytes | None) -> None:
         """Write (``None``: remove) the mesh record ``key`` at the agent (any thread)."""

@@ -572,10 +572,16 @@ class Runtime(CoreRuntime):
                 link.watch(addresses, config.heartbeat_interval, config.heartbeat_timeout)
         monitor = self._monitor()
         for link in tree.links:
-            if not tree.on_top(link):
+            if not tree.on_top(link) and not link.leased:
                 monitor.untrack(link.process)
             elif any(link is other for other in adopted) and link.process.alive():
                 monitor.track(link.process)
+
+    def probe_directly(self, link: AgentLink) -> None:
+        """Probe ``link``'s agent with this process' own heartbeats, whatever tree it is in
+        (a leased agent's: see ``AgentLink.hold``)."""
+        if link.process.alive():
+            self._monitor().track(link.process)
 
     def _tree_agent_lost(self, link: AgentLink, how: str) -> None:
         """An agent of a tree died (loop thread): calls under way to the hosts below it
