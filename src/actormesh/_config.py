@@ -109,6 +109,11 @@ class Config:
         bulk_chunk: the bytes of one chunk of bulk data; each agent forwards a chunk
             once it has it whole, so a chain of ``n`` agents adds ``n`` chunks' transfer
             time to the first agent's.
+        fan_out: a host mesh with more hosts than this has its host agents form a tree
+            of this fan-out: the controller sends a cast to at most this many agents,
+            each forwards it to its children and merges their replies
+            (docs/multihost.md); ``host_mesh(fan_out=...)`` overrides it per mesh. At
+            least 2.
     """
 
     output: OutputMode = "prefix"
@@ -141,6 +146,7 @@ class Config:
     bulk_threshold: int = 16 << 20
     bulk_fanout: int = 1
     bulk_chunk: int = 256 << 10
+    fan_out: int = 16
 
     def __post_init__(self) -> None:
         if self.output not in ("prefix", "raw", "off"):
@@ -187,6 +193,8 @@ class Config:
                 "bulk_threshold must be >= 0, bulk_fanout >= 1 and bulk_chunk >= 4096, not "
                 f"{self.bulk_threshold!r}, {self.bulk_fanout!r}, {self.bulk_chunk!r}"
             )
+        if self.fan_out < 2:
+            raise ValueError(f"fan_out must be an int >= 2, not {self.fan_out!r}")
         if self.timeline_spans < 0:
             raise ValueError(f"timeline_spans must be >= 0, not {self.timeline_spans!r}")
 

@@ -32,6 +32,15 @@ class Where(Actor):
 
     def __init__(self) -> None:
         self.release = threading.Event()
+        self.memory: Any = None
+
+    @endpoint
+    def remember(self, value: Any) -> None:
+        self.memory = value
+
+    @endpoint
+    def recall(self) -> Any:
+        return self.memory
 
     @endpoint
     def where(self) -> dict[str, Any]:

@@ -9,6 +9,18 @@ first blocks every worker's event loop and checks that they no longer answer.
 starts two processes on each, prints ``READY`` with their pids, then waits for a line on
 stdin: when it comes, it calls the actor on the first host (whose link the test has cut
 meanwhile) and prints, as JSON, how that call ended and how long it took.
+
+``python multihost_programs.py stream LISTEN COUNT`` (a tree of agents: the fan-out comes
+from ``ACTORMESH_FAN_OUT``) waits for COUNT host agents, starts one process on each,
+prints ``READY``, then, on a line ``go VICTIM`` from stdin, keeps four gathering calls
+on every host in flight, prints ``STREAMING`` after the first answers (the test kills
+or cuts host VICTIM's agent then), goes on until ten calls after the first failure (or
+60 s), and prints, as JSON, every call's outcome and whether the hosts other than
+VICTIM answer the next cast.
+
+``python multihost_programs.py leased_tree LISTEN COUNT NAME`` makes a leased job of
+COUNT host agents as a tree (``ACTORMESH_FAN_OUT``), prints as JSON how many of its
+agents the controller probes itself, and shuts the job down.
 """
 
 from __future__ import annotations
@@ -16,10 +28,12 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import deque
+from typing import Any
 
 from multihost_actors import Where
 
-from actormesh import CallTimeoutError, host_mesh, proc_mesh
+from actormesh import CallTimeoutError, host_mesh, proc_mesh, set_failure_hook
 from actormesh.allocators import ExternalAllocator
 
 
@@ -58,8 +72,67 @@ def hosts(listen: str, count: int) -> None:
     time.sleep(600)
 
 
+def stream(listen: str, count: int) -> None:
+    failures: list[Any] = []
+    set_failure_hook(failures.append)  # the victim's ranks fail; the mesh stays usable
+    hosts = host_mesh(count, allocator=ExternalAllocator(listen, timeout=60)).get(timeout=90)
+    where = hosts.spawn_procs(per_host={"gpus": 1}).spawn("where", Where)
+    where.where.call().get(timeout=30)
+    print("READY", flush=True)
+    victim = int(sys.stdin.readline().split()[1])
+    outcomes: list[dict[str, Any]] = []
+    in_flight: deque[Any] = deque(where.rank_plus.call(i) for i in range(4))
+    deadline = time.monotonic() + 60
+    failed_at: int | None = None
+    sent = 4
+    while in_flight and time.monotonic() < deadline:
+        try:
+            in_flight.popleft().get(timeout=60)
+            outcomes.append({"ok": True})
+        except Exception as error:
+            outcomes.append({"ok": False, "error": type(error).__name__, "message": str(error)})
+            failed_at = len(outcomes) if failed_at is None else failed_at
+        if len(outcomes) == 4:
+            print("STREAMING", flush=True)
+        if failed_at is None or len(outcomes) < failed_at + 10:
+            in_flight.append(where.rank_plus.call(sent))
+            sent += 1
+    others = [h for h in range(count) if h != victim]
+    try:
+        found = [where.slice(hosts=h).where.call_one().get(timeout=30) for h in others]
+        survivors = {"ok": [int(value["env_rank"]) for value in found] == others}
+    except Exception as error:
+        survivors = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+    try:
+        cast = where.slice(hosts=slice(victim + 1, count)).where.call().get(timeout=30)
+        ranks = [int(value["env_rank"]) for value in cast.values()]
+        survivors["cast"] = ranks == list(range(victim + 1, count))
+    except Exception as error:
+        survivors["cast"] = f"{type(error).__name__}: {error}"
+    print(json.dumps({"outcomes": outcomes, "next": survivors}), flush=True)
+    time.sleep(600)
+
+
+def leased_tree(listen: str, count: int, name: str) -> None:
+    from actormesh._hosts import Runtime
+
+    allocator = ExternalAllocator(listen, timeout=60)
+    hosts = host_mesh(count, allocator=allocator, keep_alive=60, name=name).get(timeout=90)
+    runtime = Runtime.get()
+    monitor = runtime._heartbeat
+    links = [link for link in runtime.agents.values() if link.tree is not None]
+    watched = monitor._watched if monitor is not None else {}
+    probed = [link for link in links if link.leased and link.process.listen_path in watched]
+    print(json.dumps({"links": len(links), "probed": len(probed)}), flush=True)
+    hosts.shutdown().get(timeout=60)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "controller":
         controller(sys.argv[2], int(sys.argv[3]), sys.argv[4:] == ["frozen"])
     elif sys.argv[1] == "hosts":
         hosts(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "stream":
+        stream(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "leased_tree":
+        leased_tree(sys.argv[2], int(sys.argv[3]), sys.argv[4])

@@ -39,6 +39,13 @@ EXAMPLES: list[Any] = [
     headers.BulkData(9, 1 << 18),
     headers.BulkAck(9, 1 << 18, False),
     headers.BulkCast(9, 4, [("/tmp/w.sock", (0,), b"\x80\x05")], None, [1]),
+    headers.TreeCast(
+        4,
+        [("/tmp/w.sock", (0,), b"\x80\x05")],
+        None,
+        [("tcp://10.0.0.3:7001", [("/tmp/v.sock", (1,), b"\x80\x05")], [])],
+    ),
+    headers.Route(("tcp://10.0.0.3:7001",), "/tmp/v.sock"),
 ]
 
 

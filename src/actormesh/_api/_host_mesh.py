@@ -22,7 +22,15 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .._hosts import AgentLink, ChildProcess, ProcessSetup, Runtime, WorkerSpec, prepare
+from .._hosts import (
+    AgentLink,
+    ChildProcess,
+    ProcessSetup,
+    Runtime,
+    WorkerSpec,
+    check_fan_out,
+    prepare,
+)
 from .._shape import Point, Shape, Shaped
 from .._transport import parse_worker_address
 from . import _restart, _supervision
@@ -478,6 +486,7 @@ def host_mesh(
     allocator: Allocator | None = None,
     name: str | None = None,
     keep_alive: float | None = None,
+    fan_out: int | None = None,
 ) -> Future[HostMesh]:
     """A mesh of ``hosts`` hosts, each with a host agent, from ``allocator``.
 
@@ -493,11 +502,17 @@ def host_mesh(
     attached, and ``actormesh.attach(name)`` in another process gives back the meshes
     spawned on them, by name. ``shutdown()`` ends the job.
 
+    With more hosts than ``fan_out`` (default ``Config.fan_out``, 16) the agents form a
+    tree of that fan-out: a cast leaves this process as at most ``fan_out`` frames, each
+    agent forwards it to its children, and the replies of a call (or the values of a
+    reducing one) come back merged per subtree (docs/multihost.md).
+
     Raises:
         TypeError: the allocator cannot start host agents; ``name`` is not a str.
-        ValueError: ``hosts`` is not a positive int; ``keep_alive`` is not a positive
-            number, or is given without a ``name`` (or a ``name`` that is not a job
-            name: letters, digits, ``.``, ``_``, ``-``, or the name of a job that runs).
+        ValueError: ``hosts`` is not a positive int; ``fan_out`` is not an int >= 2;
+            ``keep_alive`` is not a positive number, or is given without a ``name`` (or a
+            ``name`` that is not a job name: letters, digits, ``.``, ``_``, ``-``, or
+            the name of a job that runs).
     """
     if allocator is None:
         allocator = LocalAllocator()
@@ -511,11 +526,19 @@ def host_mesh(
         raise ValueError(f"hosts must be a positive int, not {hosts!r}")
     if keep_alive is not None:
         check_lease(name, keep_alive)
+    if fan_out is not None:
+        check_fan_out(fan_out)
     runtime = Runtime.get()
     _supervision.install(runtime)
+    k = runtime.config.fan_out if fan_out is None else fan_out
 
     async def start() -> HostMesh:
         links: list[AgentLink] = await start_hosts(runtime, hosts)
+        try:
+            await runtime.form_tree(links, k)
+        except BaseException:
+            await allocator.stop_hosts(runtime, links, 0.0)
+            raise
         mesh = HostMesh(_Hosts(list(links), allocator), Shape.from_dims(("hosts",), (hosts,)))
         if keep_alive is not None and name is not None:
             try:

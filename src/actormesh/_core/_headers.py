@@ -60,6 +60,15 @@ Bulk data of a cast, down a chain (or small tree) of agents (``actormesh._hosts.
               whole subtree hold everything
     BulkCast  + the cast's small parts: a Cast whose parts at ``places`` are the
               transfer's, delivered once the transfer is in
+Between host agents, when a host mesh has more hosts than its fan-out (``_hosts._tree``)::
+
+    TreeCast  + parts shared by every worker named: a Cast whose ``targets`` are this
+              host's, and ``below`` the branches to forward: ``(agent address, targets,
+              below)`` for each child agent whose subtree the cast touches; a gathering
+              one comes back as one Replies frame per child link, once its whole
+              subtree answered
+    Route     + a whole frame for the worker at ``address``, through the agents at
+              ``hops`` in turn (the last is its own): one actor's path down the tree
 
 ``req_id`` 0 means no reply is wanted (``broadcast``). A reply whose rank is ``PARTIAL``
 carries the combined value of several ranks, and which ranks they are (a reducing call
@@ -82,6 +91,7 @@ __all__ = [
     "BulkCast",
     "BulkData",
     "BulkOpen",
+    "Branch",
     "CALL",
     "CANCEL",
     "CAST",
@@ -115,17 +125,21 @@ __all__ = [
     "REPLIES",
     "REPLY",
     "REPLY_TO",
+    "ROUTE",
     "Ranks",
     "Relay",
     "Replies",
     "Reply",
     "ReplyTo",
+    "Route",
     "SHUTDOWN",
     "SPAWN",
     "STOP_MESH",
     "Shutdown",
     "Spawn",
     "StopMesh",
+    "TREE_CAST",
+    "TreeCast",
     "View",
     "decode",
     "encode",
@@ -139,6 +153,7 @@ RELAY, CAST, REPLIES, HOST, EVENT = range(13, 18)
 OBSERVE, DEBUG = range(18, 20)
 # Bulk data (kept apart from the kinds above, which may grow).
 BULK_OPEN, BULK_DATA, BULK_ACK, BULK_CAST = range(40, 44)
+TREE_CAST, ROUTE = range(20, 22)
 
 # The rank of a reply that stands for several ranks: ``(ranks, combined value)``.
 PARTIAL = -2
@@ -148,6 +163,8 @@ Ranks = tuple[int, ...]
 View = tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]
 # One worker of a Cast: its address, the ranks called there, its encoded header.
 CastTarget = tuple[str, Ranks, bytes]
+# One child agent's part of a TreeCast: its address, its targets, and its own branches.
+Branch = tuple[str, list[CastTarget], list[Any]]
 # One reply of a Replies batch: req_id, rank, ok, and how many of the frame's parts are its.
 BatchedReply = tuple[int, int, bool, int]
 
@@ -234,6 +251,18 @@ class Cast(NamedTuple):
     combine: bytes | None = None
 
 
+class TreeCast(NamedTuple):
+    gather: int
+    targets: list[CastTarget]
+    combine: bytes | None
+    below: list[Branch]
+
+
+class Route(NamedTuple):
+    hops: tuple[str, ...]
+    address: str
+
+
 class Replies(NamedTuple):
     replies: list[BatchedReply]
 
@@ -310,6 +339,8 @@ KINDS: dict[int, type[tuple[Any, ...]]] = {
     BULK_DATA: BulkData,
     BULK_ACK: BulkAck,
     BULK_CAST: BulkCast,
+    TREE_CAST: TreeCast,
+    ROUTE: Route,
 }
 _KIND_OF = {cls: kind for kind, cls in KINDS.items()}
 Header = tuple[Any, ...]  # an instance of a class of KINDS

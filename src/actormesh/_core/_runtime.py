@@ -150,6 +150,9 @@ class CoreRuntime:
         # workers' replies on to their caller); both run on the loop thread.
         self.frame_kinds: dict[int, FrameKindHandler] = {}
         self.forward_reply: Callable[[Connection, list[memoryview]], None] | None = None
+        # A host agent in a tree of agents takes the gathered replies its child agents
+        # send up (every REPLIES frame it receives), to merge them into its own.
+        self.forward_replies: FrameKindHandler | None = None
         self._frames = self._frame_table()
 
     # -- hooks of the layer that owns processes (see the class docstring) ----------------
@@ -617,6 +620,9 @@ class CoreRuntime:
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
     ) -> None:
         # Replies a host agent gathered from the workers of its host, in one frame.
+        if self.forward_replies is not None:
+            self.forward_replies(conn, header, parts)
+            return
         offset = 1
         for req_id, rank, ok, count in hdr.read(hdr.Replies, header).replies:
             handler = self._pending.get(req_id)

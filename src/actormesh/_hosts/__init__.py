@@ -17,6 +17,7 @@ from ._progress import Progress
 from ._remote import Joined, Status
 from ._runtime import Runtime
 from ._setup import ProcessSetup, prepare
+from ._tree import check_fan_out
 from ._worker_loop import serve_worker_loop
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "WORKER_ARGS",
     "WorkerSpec",
     "ask",
+    "check_fan_out",
     "default_state_dir",
     "describe_exit",
     "dial_agent",

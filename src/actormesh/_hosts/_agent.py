@@ -11,6 +11,10 @@ An owner (the controller) reaches a remote host through its agent:
   authenticated connection, and leaves on the worker's Unix socket; the order of one
   sender's frames to one worker is kept because there is one path. Replies travel back
   the same way; those of a ``call`` are gathered per host into one ``REPLIES`` frame.
+  When a host mesh has more hosts than its fan-out, the agents form a tree (``_tree``):
+  a ``TREE_CAST`` from the parent is delivered here and forwarded to the child agents
+  whose subtrees it touches (``_peers``), their replies merged into this host's one
+  frame up (``_gather``); a ``ROUTE`` passes one actor's frame down the same path;
   Actors call each other directly, by TCP, never through agents;
 - **output**: the workers' stdout and stderr reach the owner's streams (``EVENT output``),
   each line already prefixed by the worker with its actor's mesh and coordinates.
@@ -30,7 +34,7 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .._core import dumps, error_payload, headers, loads
@@ -51,9 +55,12 @@ from .._transport import (
     run_blocking,
 )
 from ._agent_link import WorkerSpec
+from ._child_watch import ChildWatch
+from ._gather import DONE, Batch
 from ._lease import Lease
 from ._lifetime import serve
 from ._native_stacks import native_stacks
+from ._peers import Peers
 from ._process import ChildProcess
 from ._reduction import Reduction
 from ._runtime import Runtime
@@ -81,43 +88,6 @@ class HostInfo:
     hostname: str
     address: str  # the IP other hosts reach this one at (where its workers listen)
     cpus: int
-
-
-@dataclass
-class _Batch:
-    """The replies of one gathered ``CAST`` from this host's workers, sent as one frame
-    (with a ``reduction``, the values folded into one ``PARTIAL`` reply)."""
-
-    upstream: Connection
-    waiting: dict[str, int]  # worker address -> ranks still to answer there
-    reduction: Reduction | None = None
-    replies: list[tuple[int, int, bool, int]] = field(default_factory=list)
-    parts: list[Any] = field(default_factory=list)
-    # The replies folded so far, as they came: they go up so if the reduction breaks.
-    folded: list[tuple[int, list[Any]]] = field(default_factory=list)
-
-    def add(self, req_id: int, rank: int, ok: bool, parts: list[Any]) -> None:
-        """A worker's reply (``parts``: after its header)."""
-        if ok and self.reduction is not None and self.reduction.add(rank, parts):
-            self.folded.append((rank, parts))
-            return
-        self.replies.append((req_id, rank, ok, len(parts)))
-        self.parts.extend(parts)
-
-    def frame(self, req_id: int) -> list[Any] | None:
-        """The ``REPLIES`` frame of everything added (``None``: nothing was)."""
-        reduction = self.reduction
-        if reduction is not None and not reduction.broken and reduction.ranks:
-            partial = reduction.partial()
-            self.replies.append((req_id, headers.PARTIAL, True, len(partial)))
-            self.parts.extend(partial)
-        else:
-            for rank, parts in self.folded:
-                self.replies.append((req_id, rank, True, len(parts)))
-                self.parts.extend(parts)
-        if not self.replies:
-            return None
-        return [headers.encode(headers.Replies(self.replies)), *self.parts]
 
 
 class _OwnerStream(io.TextIOBase):
@@ -157,14 +127,25 @@ class Agent:
         self._owner = runtime.parent  # (a controller attaching to a lease replaces it)
         # Workers by the address the owner knows them by (their TCP address).
         self._workers: dict[str, ChildProcess] = {}
-        self._batches: dict[int, _Batch] = {}
+        self._batches: dict[int, Batch] = {}
+        # The agents this one relays to in a tree of agents (dialled on first use).
+        self._peers = Peers(runtime, self._peer_lost)
+        # Its heartbeats to its child agents, when the controller leaves them to it.
+        self._child_watch = ChildWatch(runtime.loop, self._peers.send, self._child_silent)
+        runtime.pong_listener = self._child_watch.answered
         # A job that outlives its controller (see _lease); None: the agent ends with it.
         self.lease: Lease | None = None
         runtime.frame_kinds[headers.HOST] = self._host
         runtime.frame_kinds[headers.RELAY] = self._relay
         runtime.frame_kinds[headers.CAST] = self._cast
+        runtime.frame_kinds[headers.TREE_CAST] = self._tree_cast
+        runtime.frame_kinds[headers.ROUTE] = self._route
+        runtime.forward_replies = self._replies_from_below
+        runtime.close_listeners.append(self._connection_closed)
         # Bulk casts wait for their data (_bulk), and the frames for workers behind them.
-        runtime.bulk.serve_casts(self._cast, (headers.RELAY, headers.CAST))
+        runtime.bulk.serve_casts(
+            self._cast, (headers.RELAY, headers.CAST, headers.TREE_CAST, headers.ROUTE)
+        )
         runtime.forward_reply = self._reply_from_worker
         runtime.failure_handler = self._failure_from_worker
         runtime.exit_listeners.append(self._worker_exited)
@@ -205,6 +186,12 @@ class Agent:
             self._retire()
         elif op == "lease":
             self.runtime.loop.create_task(self._answer(conn, req_id, self._start_lease(*args)))
+        elif op == "listen":
+            self.runtime.loop.create_task(self._answer(conn, req_id, self._listen()))
+        elif op == "forget_peer":
+            self._peers.forget(*args)
+        elif op == "watch":
+            self._child_watch.watch(*args)
         elif op == "record":
             self._record(*args)
         elif op == "replay":
@@ -245,6 +232,16 @@ class Agent:
         if worker is None:
             return {"error": f"no worker at {address} on this host"}
         return await native_stacks(worker.pid, timeout)
+
+    async def _listen(self) -> str:
+        """Where other agents of the job reach this one (a tree of agents)."""
+        if self.runtime.advertise is None:
+            raise RuntimeError(
+                f"the host agent on {self.info.get('host', '?')} has no address other hosts "
+                "reach: it cannot be part of a tree of agents"
+            )
+        address: str = self.runtime.listen_tcp(self.runtime.advertise)
+        return address
 
     def _release(self, address: str) -> None:
         """The owner will not restart the dead worker at ``address``: let its port go."""
@@ -300,11 +297,41 @@ class Agent:
         share: SegmentShare | None = None,
     ) -> None:
         gather, targets, combine = headers.read(headers.Cast, header)
+        self._deliver(conn, gather, targets, combine, parts[1:], [], share=share)
+
+    def _tree_cast(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
+        gather, targets, combine, below = headers.read(headers.TreeCast, header)
         shared = parts[1:]
+        self._deliver(conn, gather, targets, combine, shared, below, subtree=True)
+        for address, their_targets, their_below in below:
+            forward = headers.TreeCast(gather, their_targets, combine, their_below)
+            self._peers.send(address, [headers.encode(forward), *shared])
+
+    def _deliver(
+        self,
+        conn: Connection,
+        gather: int,
+        targets: list[headers.CastTarget],
+        combine: bytes | None,
+        shared: list[memoryview],
+        below: list[headers.Branch],
+        subtree: bool = False,
+        share: SegmentShare | None = None,
+    ) -> None:
+        """Hand a cast to this host's ``targets``; with ``gather``, wait for them and for
+        the child agents of ``below`` before answering on ``conn``. ``share``: the shared
+        memory a bulk cast's parts are in already (``_bulk``)."""
         if gather:
             waiting = {address: len(ranks) for address, ranks, _ in targets}
+            waiting.update((address, 1) for address, _, _ in below)
             reduction = Reduction(combine) if combine is not None else None
-            self._batches[gather] = _Batch(conn, waiting, reduction)
+            # Between agents the frame up always goes (DONE); to the owner, only if any.
+            batch = Batch(conn, waiting, reduction, subtree and conn is not self._owner)
+            self._batches[gather] = batch
+            if not waiting:
+                self._flush(gather)
         # Large shared parts go to this host's workers in one shared-memory copy, lent to
         # each (as the owner does for the workers of its own host).
         # (A bulk cast's parts are in shared memory already: ``share`` lends it.)
@@ -312,6 +339,14 @@ class Agent:
             share = SegmentShare()
         for address, _, inner in targets:
             self._to_worker(address, [inner, *shared], share)
+
+    def _route(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
+        hops, address = headers.read(headers.Route, header)
+        if not hops:
+            self._to_worker(address, parts[1:])
+        else:
+            onward = headers.encode(headers.Route(hops[1:], address))
+            self._peers.send(hops[0], [onward, *parts[1:]])
 
     def _to_worker(self, address: str, parts: list[Any], share: SegmentShare | None = None) -> None:
         worker = self._workers.get(address)
@@ -331,20 +366,61 @@ class Agent:
                 self._owner.send(parts)
             return
         batch.add(req_id, rank, ok, parts[1:])
-        address = self._address_of(conn)
-        if address in batch.waiting:
-            batch.waiting[address] -= 1
-            if batch.waiting[address] <= 0:
-                del batch.waiting[address]
-        if not batch.waiting:
+        if batch.answered(self._address_of(conn) or ""):
             self._flush(req_id)
+
+    def _replies_from_below(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
+        """A child agent's subtree answered (a REPLIES frame ending with DONE)."""
+        source = self._peers.address_of(conn)
+        orphans: list[tuple[int, int, bool, int]] = []
+        orphan_parts: list[memoryview] = []
+        offset = 1
+        for req_id, rank, ok, count in headers.read(headers.Replies, header).replies:
+            mine = parts[offset : offset + count]
+            offset += count
+            batch = self._batches.get(req_id)
+            if rank == DONE:
+                if batch is not None and source is not None and batch.answered(source):
+                    self._flush(req_id)
+            elif batch is not None:
+                batch.add(req_id, rank, ok, mine)
+            else:  # its batch went up already (the child was given up for lost, say)
+                orphans.append((req_id, rank, ok, count))
+                orphan_parts.extend(mine)
+        if orphans:
+            with contextlib.suppress(TransportClosed):
+                self._owner.send([headers.encode(headers.Replies(orphans)), *orphan_parts])
 
     def _flush(self, req_id: int) -> None:
         batch = self._batches.pop(req_id)
-        frame = batch.frame(req_id)
+        frame = batch.take(req_id, last=True)
         if frame is not None:
             with contextlib.suppress(TransportClosed):
                 batch.upstream.send(frame)
+
+    def _peer_lost(self, address: str) -> None:
+        """The child agent at ``address`` is unreachable: stop waiting for its subtree
+        (the owner fails the ranks it held: it watches every agent itself)."""
+        for req_id, batch in list(self._batches.items()):
+            if address in batch.waiting:
+                batch.waiting[address] = 1
+                if batch.answered(address):
+                    self._flush(req_id)
+
+    def _child_silent(self, address: str, note: str) -> None:
+        """A child agent stopped answering heartbeats: the owner declares it dead."""
+        self._event("agent_silent", address, {"note": note})
+
+    def _connection_closed(self, conn: Connection) -> None:
+        if self._peers.closed(conn):
+            return
+        # The parent agent went away: what its subtree owes goes straight to the owner.
+        for batch in self._batches.values():
+            if batch.upstream is conn:
+                batch.upstream = self._owner
+                batch.subtree = False
 
     def _address_of(self, conn: Connection) -> str | None:
         for address, worker in self._workers.items():
@@ -365,7 +441,16 @@ class Agent:
     def _worker_exited(self, child: ChildProcess, reason: str) -> None:
         # Batches waiting on it go out with what they have: the owner fails its ranks.
         for req_id, batch in list(self._batches.items()):
-            if batch.waiting.pop(child.listen_path, None) is not None and not batch.waiting:
+            if batch.waiting.pop(child.listen_path, None) is None:
+                continue
+            if batch.upstream is not self._owner:
+                # In a tree: what came so far goes to the owner directly, ahead of the
+                # exit (a reply sent before the death is not taken for a lost one).
+                early = batch.take(req_id, last=False)
+                if early is not None:
+                    with contextlib.suppress(TransportClosed):
+                        self._owner.send(early)
+            if not batch.waiting:
                 self._flush(req_id)
         details = {"reason": reason, "code": child.returncode}
         if self.lease is not None and self.lease.detached:

@@ -17,13 +17,16 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core import dumps, error_from_payload, headers, loads
 from .._exceptions import ActorDiedError
 from .._transport import Buffer, Connection, SegmentShare, TransportClosed
 from ._process import ChildProcess, LaunchCommand
 from ._remote import RemoteProcess, Status
+
+if TYPE_CHECKING:
+    from ._cast_tree import CastTree
 
 __all__ = ["AgentLink", "RelayConnection", "RelayedProcess", "WorkerSpec"]
 
@@ -73,7 +76,7 @@ class RelayConnection(Connection):
         """
         if self._closed:
             raise TransportClosed(f"the worker at {self.peer} is gone")
-        self.link.conn.send([headers.encode(headers.Relay(self.peer)), *parts])
+        self.link.to_worker(self.peer, parts)
 
     def start(self) -> None:
         """Nothing to read: replies come on the agent's connection."""
@@ -115,7 +118,7 @@ class RelayedProcess(ChildProcess):
             return
         status.returncode = code if code is not None else 1
         if self.death_note is None:
-            self.death_note = f"on {self.host} {how}"
+            self.death_note = f"on {self.link.where} {how}"
         if self._on_exit is not None:
             self._on_exit(self)
 
@@ -178,9 +181,18 @@ class AgentLink:
         # kills it, and leaves it running when this process exits.
         self.leased = False
         self._detached_why: str | None = None
+        # The tree of agents of this host's mesh, when it has more hosts than its
+        # fan-out (``_cast_tree``); None: the owner reaches this agent directly.
+        self.tree: CastTree | None = None
 
     def __repr__(self) -> str:
-        return f"<host agent on {self.hostname} ({self.address})>"
+        return f"<host agent on {self.where}>"
+
+    @property
+    def where(self) -> str:
+        """The host, as errors name it: its name and address (hosts that share a name,
+        network namespaces or containers of one machine, differ by address)."""
+        return f"{self.hostname} ({self.address})" if self.address else self.hostname
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -227,6 +239,10 @@ class AgentLink:
         """The agent holds a lease: this owner leaves it running when it goes."""
         self.leased = True
         self.process.kill_with(None)
+        if self.tree is not None:
+            # A leased agent detaches when this owner's heartbeats stop (_lease): in a
+            # tree too it hears them from the owner itself, not from its parent agent.
+            self.runtime.probe_directly(self)
 
     def record(self, key: str, blob: bytes | None) -> None:
         """Write (``None``: remove) the mesh record ``key`` at the agent (any thread)."""
@@ -262,6 +278,31 @@ class AgentLink:
         payload, _ = dumps(args)
         with contextlib.suppress(TransportClosed):
             self.conn.send([headers.encode(headers.HostOp(0, op)), payload])
+
+    async def listen_for_peers(self) -> str:
+        """Have the agent accept other agents of the job (a tree of agents); where."""
+        address: str = await self._request("listen")
+        return address
+
+    def watch(self, addresses: list[str], interval: float, timeout: float) -> None:
+        """Have the agent probe the agents at ``addresses`` (its children in a tree) with
+        heartbeats, and report one that falls silent (``EVENT agent_silent``)."""
+        self._tell("watch", addresses, interval, timeout)
+
+    def forget_peer(self, address: str) -> None:
+        """Tell the agent the agent at ``address`` is gone (it hangs up on it)."""
+        self._tell("forget_peer", address)
+
+    def to_worker(self, address: str, parts: Sequence[Buffer]) -> None:
+        """Send one frame to this host's worker at ``address``: a ``RELAY`` to the agent,
+        or, in a tree of agents, a ``ROUTE`` down the path casts take (any thread)."""
+        tree = self.tree
+        if tree is not None:
+            first, hops = tree.route(self)
+            if hops:
+                first.conn.send([headers.encode(headers.Route(hops, address)), *parts])
+                return
+        self.conn.send([headers.encode(headers.Relay(address)), *parts])
 
     def relay(self, address: str) -> RelayConnection:
         """The way to the worker at ``address``."""
@@ -313,9 +354,9 @@ class AgentLink:
         leased agent, this owner was detached from them (they run on)."""
         if self._detached_why is not None:
             reason = self._detached_why
-            self.lost_reason = f"detached from the host agent on {self.hostname}: {reason}"
+            self.lost_reason = f"detached from the host agent on {self.where}: {reason}"
         else:
-            self.lost_reason = f"the host agent on {self.hostname} is gone: {reason}"
+            self.lost_reason = f"the host agent on {self.where} is gone: {reason}"
         workers, self.workers = self.workers, {}
         how = "is gone with its host agent" if self._detached_why is None else "is out of reach"
         for worker in workers.values():

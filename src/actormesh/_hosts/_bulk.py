@@ -105,30 +105,27 @@ class Bulk:
 
     def cast(
         self,
-        groups: list[list[tuple[Any, tuple[int, ...], Any]]],
-        frames: Sequence[tuple[Connection, tuple[int, ...], Any, list[Any]]],
+        groups: list[tuple[list[tuple[Any, tuple[int, ...], Any]], list[Any]]],
         gather: int,
         combine: bytes | None,
         failed: list[tuple[tuple[int, ...], str]],
-    ) -> list[list[tuple[Any, tuple[int, ...], Any]]]:
+    ) -> list[tuple[list[tuple[Any, tuple[int, ...], Any]], list[Any]]]:
         """Send the casts of ``groups`` (``send_frames``' groups of frames for the
-        workers of one agent, ``(RelayConnection, ranks, header)``) whose parts are
-        shared by several agents and large enough as bulk casts; the groups left for
-        the caller to send as usual. Ranks that could not be reached go to ``failed``.
+        workers of one agent, ``(RelayConnection, ranks, header)``, with their parts)
+        whose parts are shared by several agents and large enough as bulk casts; the
+        groups left for the caller to send as usual. Ranks that could not be reached go
+        to ``failed``.
         """
         config = self.runtime.config
         if not config.bulk_threshold:
             return groups
-        by_parts: dict[int, list[list[tuple[Any, tuple[int, ...], Any]]]] = {}
-        parts_of: dict[int, list[Any]] = {}
-        for group in groups:
-            first = group[0][0]
-            parts = next(p for c, r, h, p in frames if c is first)
-            by_parts.setdefault(id(parts), []).append(group)
-            parts_of[id(parts)] = parts
+        by_parts: dict[int, list[tuple[list[tuple[Any, tuple[int, ...], Any]], list[Any]]]] = {}
+        for group, parts in groups:
+            by_parts.setdefault(id(parts), []).append((group, parts))
         left = []
-        for key, same in by_parts.items():
-            if len(same) < 2 or not self._large(parts_of[key]):
+        for same in by_parts.values():
+            parts = same[0][1]
+            if len(same) < 2 or not self._large(parts):
                 left.extend(same)  # (checked first: most casts are small)
                 continue
             casts = [
@@ -138,15 +135,15 @@ class Bulk:
                     group[0][0].link.hostname,
                     [(c.peer, r, headers.encode(h)) for c, r, h in group],
                 )
-                for group in same
+                for group, _ in same
             ]
-            lost = self.send(casts, parts_of[key], gather, combine)
+            lost = self.send(casts, parts, gather, combine)
             if lost is None:
                 left.extend(same)
                 continue
             for index in lost:
                 failed.extend(
-                    (r, "the host agent's connection is closed") for _, r, _ in same[index]
+                    (r, "the host agent's connection is closed") for _, r, _ in same[index][0]
                 )
         return left
 

@@ -4,8 +4,10 @@ A reducing call (``endpoint.reduce(combine, ...)``) that reaches several workers
 host through its agent carries the combine function; the agent folds each worker's value
 into one as the replies come, and sends the owner a single ``PARTIAL`` reply holding the
 ranks it stands for and their combined value, so the owner receives one value per host,
-not one per actor. The function must be associative and commutative: values are folded
-in the order they arrive, and the owner folds the hosts' partials again.
+not one per actor. In a tree of agents (``_tree``) each agent folds its children's
+partials into its own, so the owner receives one value per child link. The function
+must be associative and commutative: values are folded in the order they arrive, and
+the owner folds the hosts' partials again.
 
 Errors are never folded: a failed rank's reply goes up as it came. Anything the agent
 cannot do itself (unpickle the function or a value here, a combine that raises) makes it
@@ -50,6 +52,25 @@ class Reduction:
             return False
         self.ranks.append(rank)
         return True
+
+    def add_partial(self, parts: list[Any]) -> bool:
+        """Fold a child agent's ``PARTIAL`` reply (its pickled ``(ranks, value)``); False
+        when the reduction is broken and the reply must go up as it came."""
+        if self.broken:
+            return False
+        try:
+            ranks, value = loads(parts[0], parts[1:])
+            self._value = value if not self.ranks else self._combine(self._value, value)
+        except Exception as error:
+            self._broken(error)
+            return False
+        self.ranks.extend(ranks)
+        return True
+
+    def reset(self) -> None:
+        """Start again from nothing (what was folded went up)."""
+        self.ranks = []
+        self._value = None
 
     def partial(self) -> list[Any]:
         """The parts of the ``PARTIAL`` reply: ``(ranks, combined value)``, pickled."""

@@ -42,6 +42,7 @@ from .._transport import (
 from ._agent_link import AgentLink, RelayConnection, RelayedProcess, WorkerSpec
 from ._aggregate import LineAggregator
 from ._bulk import Bulk
+from ._cast_tree import CastTree, branch_ranks
 from ._debug_relay import DebugRelay
 from ._event_log import EventLog, open_event_log
 from ._forkserver import ForkServer, template_key
@@ -95,6 +96,12 @@ class Runtime(CoreRuntime):
         self.event_source: str | None = None
         self._events: EventLog | bool | None = None  # False: none is kept here
         self._events_lock = threading.Lock()
+        # Told of every connection that closes and is no worker's (a host agent hears
+        # of its peers in a tree of agents this way, see _peers).
+        self.close_listeners: list[Callable[[Connection], None]] = []
+        # Told of every PONG by the peer's address (an agent's heartbeats to its child
+        # agents, see _child_watch).
+        self.pong_listener: Callable[[str], None] | None = None
 
     # -- the job event log ----------------------------------------------------------------
 
@@ -130,6 +137,8 @@ class Runtime(CoreRuntime):
     def _heartbeat_answered(self, peer: str) -> None:
         if self._heartbeat is not None:
             self._heartbeat.answered(peer)
+        if self.pong_listener is not None:
+            self.pong_listener(peer)
 
     def _owns_processes(self) -> bool:
         return bool(self._children)
@@ -137,6 +146,8 @@ class Runtime(CoreRuntime):
     def _child_connection_closed(self, conn: Connection, error: BaseException | None) -> bool:
         child = self._child_conns.get(conn)
         if child is None:
+            for listener in list(self.close_listeners):
+                listener(conn)
             return False
         if isinstance(child, RemoteProcess):
             child.connection_lost()  # no exit status crosses hosts: this is its death
@@ -458,6 +469,12 @@ class Runtime(CoreRuntime):
         if link is None:
             raise ValueError(f"an EVENT from {conn.peer}, which is no host agent of ours")
         what, address = headers.read(headers.Event, header)
+        if what == "agent_silent" and link.tree is not None:
+            # A parent agent's heartbeats found its child silent (_child_watch).
+            silent = link.tree.link_at(address)
+            if silent is not None and silent.process.alive():
+                self._declare_dead(silent.process, str(loads(parts[1])["note"]))
+            return
         link.on_event(what, address, loads(parts[1]))
 
     def send_frames(
@@ -475,12 +492,15 @@ class Runtime(CoreRuntime):
         """
         failed: list[tuple[tuple[int, ...], str]] = []
         by_agent: dict[tuple[int, int], list[tuple[RelayConnection, tuple[int, ...], Any]]] = {}
+        parts_of: dict[tuple[int, int], list[Any]] = {}
         # Frames to several processes of this host with the same parts copy their large
         # parts into shared memory once, for all of them.
         direct = []
         for conn, ranks, header, parts in frames:
             if isinstance(conn, RelayConnection) and not conn.closed:
-                by_agent.setdefault((id(conn.link), id(parts)), []).append((conn, ranks, header))
+                key = (id(conn.link), id(parts))
+                by_agent.setdefault(key, []).append((conn, ranks, header))
+                parts_of[key] = parts
             else:
                 direct.append((conn, ranks, header, parts))
         if gather and self.bulk.routes:  # workers of agents another process owns (_bulk)
@@ -494,12 +514,22 @@ class Runtime(CoreRuntime):
                 self.send(conn, header, parts, shares.get(id(parts)))
             except ActorDiedError as error:
                 failed.append((ranks, error.reason or str(error)))
-        groups = list(by_agent.values())
-        if len(groups) > 1:  # large parts for several agents go down a chain of them
-            groups = self.bulk.cast(groups, frames, gather, combine, failed)
-        for group in groups:
+        trees: dict[tuple[int, int], tuple[CastTree, list[Any], list[Any]]] = {}
+        level = []
+        for key, group in by_agent.items():
+            parts = parts_of[key]
+            tree = group[0][0].link.tree
+            if tree is None:
+                level.append((group, parts))
+            else:
+                trees.setdefault((id(tree), id(parts)), (tree, parts, []))[2].extend(group)
+        # Large parts for several agents of one level go down a chain of them (_bulk). In
+        # a tree they go down with the cast, one copy per child link: bulk frames sent to
+        # each agent straight could overtake the casts the tree brings it.
+        if len(level) > 1:
+            level = self.bulk.cast(level, gather, combine, failed)
+        for group, parts in level:
             first = group[0][0]
-            parts = next(p for c, r, h, p in frames if c is first)
             try:
                 if len(group) == 1:
                     self.send(first, group[0][2], parts)
@@ -508,7 +538,82 @@ class Runtime(CoreRuntime):
                     first.link.cast(gather, targets, parts, combine)
             except (ActorDiedError, TransportClosed) as error:
                 failed.extend((r, str(error)) for _, r, _ in group)
+        for tree, parts, members in trees.values():
+            failed.extend(self._tree_cast(tree, members, parts, gather, combine))
         return failed
+
+    def _tree_cast(
+        self,
+        tree: CastTree,
+        group: list[tuple[RelayConnection, tuple[int, ...], Any]],
+        parts: list[Any],
+        gather: int,
+        combine: bytes | None,
+    ) -> list[tuple[tuple[int, ...], str]]:
+        """Send one cast into a tree of agents: one ``TREE_CAST`` per child of this
+        process whose subtree it touches (``_cast_tree``); the ``(ranks, why)`` that
+        failed."""
+        targets: dict[int, list[headers.CastTarget]] = {}
+        for conn, ranks, header in group:
+            position = tree.position(conn.link)
+            targets.setdefault(position, []).append((conn.peer, ranks, headers.encode(header)))
+        failed: list[tuple[tuple[int, ...], str]] = []
+        for top, own, below in tree.branches(targets):
+            header = headers.encode(headers.TreeCast(gather, own, combine, below))
+            try:
+                top.conn.send([header, *parts])
+            except TransportClosed as error:
+                failed.append((tuple(branch_ranks(own, below)), str(error)))
+        return failed
+
+    async def form_tree(self, links: Sequence[AgentLink], k: int) -> CastTree | None:
+        """Make ``links`` (a host mesh's agents, in its order) a tree of fan-out ``k``
+        when there are more than ``k`` (``_cast_tree``); None: one level is enough."""
+        if len(links) <= k:
+            return None
+        addresses = await asyncio.gather(*(link.listen_for_peers() for link in links))
+        tree = CastTree(links, k, addresses)
+        self._watch_tree(tree)
+        return tree
+
+    def _watch_tree(self, tree: CastTree, adopted: Sequence[AgentLink] = ()) -> None:
+        """Probe only the agents that hang under this process in ``tree`` (``adopted``:
+        agents that may have come up to it, not probed by it yet); have each interior
+        agent probe its own children (``_child_watch``)."""
+        config = self.config
+        for link, children in tree.watchers():
+            if link is not None:
+                addresses = [tree.address(child) for child in children]
+                link.watch(addresses, config.heartbeat_interval, config.heartbeat_timeout)
+        monitor = self._monitor()
+        for link in tree.links:
+            if not tree.on_top(link) and not link.leased:
+                monitor.untrack(link.process)
+            elif any(link is other for other in adopted) and link.process.alive():
+                monitor.track(link.process)
+
+    def probe_directly(self, link: AgentLink) -> None:
+        """Probe ``link``'s agent with this process' own heartbeats, whatever tree it is in
+        (a leased agent's: see ``AgentLink.hold``)."""
+        if link.process.alive():
+            self._monitor().track(link.process)
+
+    def _tree_agent_lost(self, link: AgentLink, how: str) -> None:
+        """An agent of a tree died (loop thread): calls under way to the hosts below it
+        fail, naming it (their frames and replies went through it), and the agents above
+        it hang up on it (a cut link would leave them waiting)."""
+        assert link.tree is not None
+        below, above = link.tree.lost(link)
+        reason = f"the host agent on {link.where}, which relays to this host, is gone: {how}"
+        for other in below:
+            for path in list(other.workers):
+                conn = self._conns.get(path)
+                if conn is not None:
+                    self._fail_connection(conn, reason)
+        address = link.tree.address(link)
+        for other in above:
+            other.forget_peer(address)
+        self._watch_tree(link.tree, below)  # its children have another parent now
 
     def _monitor(self) -> HeartbeatMonitor:
         if self._heartbeat is None:
@@ -566,6 +671,8 @@ class Runtime(CoreRuntime):
             link = self.agents.pop(child.conn, None)
             if link is not None:  # a host agent: its workers went with it
                 link.lost(how)
+                if link.tree is not None:
+                    self._tree_agent_lost(link, how)
         if self._heartbeat is not None:
             self._heartbeat.untrack(child)
         self._dead_paths[path] = reason

@@ -1,0 +1,356 @@
+"""A tree of host agents on real network namespaces: eight hosts with fan-out 2.
+
+The controller (this test process) reaches positions 0 and 1; 0 relays to 2 and 3, 1 to
+4 and 5, 2 to 6 and 7 (``actormesh._hosts._tree``): three levels of agents. Calls,
+slices, reductions, ordering, output, restarts and direct actor-to-actor calls go
+through it; an interior agent killed or cut off in the middle of a stream of casts
+fails only what it must, naming its host, and the rest of the tree answers the next
+cast. ``ACTORMESH_TREE_HOSTS`` and ``ACTORMESH_TREE_FAN_OUT`` make the tree larger (the
+slow run: 32 hosts, fan-out 4).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import operator
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from multihost_actors import Where
+from multihost_support import HERE, Network, ip
+
+from actormesh import ActorDiedError, ActorMesh, HostMesh, host_mesh
+from actormesh._api import _adverbs
+from actormesh._core import headers
+from actormesh._hosts import Runtime
+from actormesh.allocators import ExternalAllocator
+from actormesh.testing import namespace_hosts
+
+pytestmark = pytest.mark.timeout(240)
+
+HOSTS = int(os.environ.get("ACTORMESH_TREE_HOSTS", "8"))
+FAN_OUT = int(os.environ.get("ACTORMESH_TREE_FAN_OUT", "2"))
+# An interior agent: position 0 relays to 1..k-1's neighbours' subtrees' first level.
+VICTIM = 0
+# Heartbeats for the cut-link tests: short, but not so short that a healthy agent of a
+# large tree on a loaded machine misses them (the slow run has four times the hosts).
+BEAT = {
+    "ACTORMESH_HEARTBEAT_TIMEOUT": "2" if HOSTS <= 8 else "6",
+    "ACTORMESH_HEARTBEAT_INTERVAL": "0.5",
+}
+
+
+@pytest.fixture(scope="module")
+def network() -> Iterator[Network]:
+    if shutil.which("ip") is None:
+        pytest.skip("multi-host tests need the ip command (iproute2) for network namespaces")
+    try:
+        hosts = namespace_hosts(HOSTS)
+        network = hosts.__enter__()
+    except PermissionError as error:
+        pytest.skip(f"multi-host tests need 'ip netns' (root): {error}")
+    try:
+        yield network
+    finally:
+        hosts.__exit__(None, None, None)
+
+
+def _tree_on(network: Network) -> tuple[HostMesh, list[subprocess.Popen[str]]]:
+    allocator = ExternalAllocator(f"{network.controller_ip}:0", timeout=60)
+    address = allocator.listen().removeprefix("tcp://")
+    assert allocator.secret is not None
+    future = host_mesh(HOSTS, allocator=allocator, fan_out=FAN_OUT)
+    agents = [network.start_agent(host, address, allocator.secret) for host in network.hosts]
+    return future.get(timeout=90), agents
+
+
+@pytest.fixture(scope="module")
+def hosts(network: Network) -> Iterator[HostMesh]:
+    mesh, agents = _tree_on(network)
+    try:
+        yield mesh
+    finally:
+        mesh.shutdown().get(timeout=60)
+        assert [agent.wait(timeout=15) for agent in agents] == [0] * HOSTS
+
+
+@pytest.fixture(scope="module")
+def where(hosts: HostMesh) -> Iterator[ActorMesh[Where]]:
+    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    try:
+        yield procs.spawn("where", Where)
+    finally:
+        procs.stop().get(timeout=60)
+
+
+def _sent_by_controller(action: Any) -> list[tuple[str, tuple[Any, ...]]]:
+    """The casts and relays the controller sends its agents while ``action`` runs:
+    ``(agent address, header)`` each."""
+    runtime = Runtime.get()
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+    originals = {}
+    for conn, link in runtime.agents.items():
+        originals[conn] = conn.send
+
+        def counting(parts: Any, share: Any = None, _l: Any = link, _s: Any = conn.send) -> None:
+            header = headers.decode(parts[0])
+            if header[0] in (headers.CAST, headers.RELAY, headers.TREE_CAST, headers.ROUTE):
+                sent.append((_l.address, header))
+            _s(parts) if share is None else _s(parts, share)
+
+        conn.send = counting  # type: ignore[method-assign]
+    try:
+        action()
+    finally:
+        for conn, send in originals.items():
+            conn.send = send  # type: ignore[method-assign]
+    return sent
+
+
+def test_a_cast_leaves_the_controller_as_fan_out_frames(
+    network: Network, where: ActorMesh[Where]
+) -> None:
+    def cast() -> None:
+        assert len(where.where.call().get(timeout=30)) == 2 * HOSTS
+        where.where.broadcast()
+
+    sent = _sent_by_controller(cast)
+    assert len(sent) == 2 * FAN_OUT
+    assert {kind for _, (kind, *_) in sent} == {headers.TREE_CAST}
+    assert {address for address, _ in sent} == {h.ip for h in network.hosts[:FAN_OUT]}
+
+
+def test_a_slice_goes_only_down_the_subtrees_it_touches(
+    network: Network, where: ActorMesh[Where]
+) -> None:
+    deepest = HOSTS - 1
+    path = [deepest]
+    while path[-1] >= FAN_OUT:
+        path.append(path[-1] // FAN_OUT - 1)
+    path.reverse()  # the positions from the controller's child down to the deepest host
+    sent = _sent_by_controller(lambda: where.slice(hosts=deepest).where.call().get(timeout=30))
+    assert [address for address, _ in sent] == [network.hosts[path[0]].ip]
+    tree_cast = headers.read(headers.TreeCast, sent[0][1])
+    assert tree_cast.targets == []  # the first agent only relays
+    below = tree_cast.below
+    for position in path[1:]:
+        (branch,) = below  # one branch per level: nothing else is touched
+        assert f"tcp://{network.hosts[position].ip}:" in branch[0]
+        below = branch[2]
+    assert below == []
+
+
+def test_calls_and_reductions_come_back_merged_per_subtree(
+    network: Network, where: ActorMesh[Where], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = where.where.call().get(timeout=30).values()
+    for index, value in enumerate(values):
+        assert f"|tcp://{network.hosts[index // 2].ip}:" in str(value["address"])
+        assert json.loads(str(value["env_coords"])) == {"hosts": index // 2, "gpus": index % 2}
+    seen: list[int] = []
+    original = _adverbs._Reduce.on_reply
+
+    def recording(self: Any, rank: int, ok: bool, parts: Any) -> bool:
+        seen.append(rank)
+        return original(self, rank, ok, parts)
+
+    monkeypatch.setattr(_adverbs._Reduce, "on_reply", recording)
+    total = where.rank_plus.reduce(operator.add)(10).get(timeout=30)
+    assert total == sum(range(2 * HOSTS)) + 10 * 2 * HOSTS
+    assert seen == [headers.PARTIAL] * FAN_OUT  # one value per child of the controller
+    part = where.slice(hosts=slice(HOSTS // 2, HOSTS)).where.call().get(timeout=30)
+    assert [int(v["env_rank"]) for v in part.values()] == list(range(HOSTS, 2 * HOSTS))
+
+
+def test_casts_and_single_calls_to_a_deep_actor_keep_their_order(
+    where: ActorMesh[Where],
+) -> None:
+    deep = where.slice(hosts=HOSTS - 1, gpus=1)
+    for value in range(30):
+        where.remember.broadcast(value)
+        assert deep.recall.call_one().get(timeout=30) == value
+        deep.remember.broadcast(-value)
+        assert where.recall.call().get(timeout=30).values()[-1] == -value
+
+
+def test_deep_actors_print_call_each_other_and_restart_in_place(
+    network: Network, hosts: HostMesh, where: ActorMesh[Where], capfd: pytest.CaptureFixture[str]
+) -> None:
+    deep = where.slice(hosts=HOSTS - 1, gpus=0)
+    deep.say.call_one("hello from the bottom of the tree").get(timeout=30)
+    deadline = time.monotonic() + 10
+    text = ""
+    while "hello from the bottom" not in text and time.monotonic() < deadline:
+        time.sleep(0.05)
+        text += capfd.readouterr().out
+    assert f"[where {{hosts={HOSTS - 1}, gpus=0}}] hello from the bottom of the tree" in text
+    reached = deep.call_other.call_one(where, {"hosts": 1, "gpus": 1}).get(timeout=30)
+    assert f"|tcp://{network.hosts[1].ip}:" in str(reached["address"])
+    with hosts.spawn_procs(per_host={"gpus": 1}, restart="rank") as procs:
+        mesh = procs.spawn("phoenix", Where)
+        before = mesh.where.call().get(timeout=30).values()
+        with pytest.raises(ActorDiedError, match="restarting the rank"):
+            mesh.slice(hosts=HOSTS - 1).crash.call_one(3).get(timeout=30)
+        after = mesh.where.call().get(timeout=60).values()
+        assert after[-1]["address"] == before[-1]["address"]
+        assert after[-1]["pid"] != before[-1]["pid"]
+
+
+class _Job:
+    """A program of ``multihost_programs.py`` (``stream`` unless said) as the controller
+    of a tree of every namespace's agent."""
+
+    def __init__(
+        self, network: Network, env: dict[str, str], program: tuple[str, ...] = ("stream",)
+    ) -> None:
+        with socket.socket() as probe:
+            probe.bind((network.controller_ip, 0))
+            port = probe.getsockname()[1]
+        listen = f"{network.controller_ip}:{port}"
+        secret = os.urandom(16).hex()
+        command = [sys.executable, str(Path(HERE, "multihost_programs.py")), program[0]]
+        self.network = network
+        self.before = {h.netns: set(network.processes_in(h)) for h in network.hosts}
+        self.controller = subprocess.Popen(
+            [*command, listen, str(HOSTS), *program[1:]],
+            env={
+                **os.environ,
+                "ACTORMESH_FAN_OUT": str(FAN_OUT),
+                "ACTORMESH_SECRET": secret,
+                **env,
+            },
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.agents = [network.start_agent(h, listen, secret) for h in network.hosts]
+
+    def line(self, timeout: float) -> str:
+        stdout = self.controller.stdout
+        assert stdout is not None
+        ready, _, _ = select.select([stdout], [], [], timeout)
+        assert ready, f"no line from the controller within {timeout} s"
+        return stdout.readline()
+
+    def say(self, text: str) -> None:
+        assert self.controller.stdin is not None
+        self.controller.stdin.write(text + "\n")
+        self.controller.stdin.flush()
+
+    def started(self) -> set[int]:
+        """The processes of the job in the namespaces (agents, workers, templates)."""
+        return {
+            pid
+            for h in self.network.hosts
+            for pid in set(self.network.processes_in(h)) - self.before[h.netns]
+        }
+
+    def end(self) -> None:
+        self.controller.kill()
+        self.controller.wait(10)
+        for pid in self.started():  # what a cut-off host could not hear of
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for agent in self.agents:
+            agent.wait(15)
+
+
+def _stream_and_break(
+    network: Network, env: dict[str, str], cut: bool, position: int = VICTIM
+) -> dict[str, Any]:
+    """Run the ``stream`` program on a tree, break the agent of host ``position``
+    (SIGKILL, or its link cut) in the middle of the stream; the program's report."""
+    victim = network.hosts[position]
+    job = _Job(network, env)
+    try:
+        assert job.line(120).startswith("READY")
+        job.say(f"go {position}")
+        assert job.line(60).startswith("STREAMING")
+        if cut:
+            ip("-n", victim.netns, "link", "set", "eth0", "down")
+        else:
+            job.agents[position].send_signal(signal.SIGKILL)
+        report: dict[str, Any] = json.loads(job.line(120))
+        return report
+    finally:
+        if cut:
+            ip("-n", victim.netns, "link", "set", "eth0", "up")
+        job.end()
+
+
+def _check_report(network: Network, report: dict[str, Any], position: int = VICTIM) -> None:
+    outcomes = report["outcomes"]
+    failures = [o for o in outcomes if not o["ok"]]
+    assert failures, "the stream went on past the agent's death without one failure"
+    dead_ip = network.hosts[position].ip
+    for failure in failures:  # every call answered, or failed naming the dead host
+        assert failure["error"] == "ActorDiedError", failure
+        assert f"({dead_ip})" in failure["message"], failure
+    assert report["next"] == {"ok": True, "cast": True}, report["next"]
+
+
+def test_an_interior_agent_killed_mid_stream_fails_only_what_it_must(network: Network) -> None:
+    _check_report(network, _stream_and_break(network, {}, cut=False))
+
+
+def test_an_interior_agent_cut_off_mid_stream_is_routed_around(network: Network) -> None:
+    _check_report(network, _stream_and_break(network, BEAT, cut=True))
+
+
+def test_the_controller_probes_only_the_agents_it_casts_to(where: ActorMesh[Where]) -> None:
+    runtime = Runtime.get()
+    monitor = runtime._heartbeat
+    assert monitor is not None
+    links = [link for link in runtime.agents.values() if link.tree is not None]
+    probed = {link.address for link in links if link.process.listen_path in monitor._watched}
+    assert probed == {link.address for link in links[:FAN_OUT]}
+
+
+def test_a_deeper_agent_cut_off_is_found_by_its_parents_heartbeats(network: Network) -> None:
+    # Host FAN_OUT hangs under host 0: only host 0's agent probes it.
+    report = _stream_and_break(network, BEAT, cut=True, position=FAN_OUT)
+    _check_report(network, report, FAN_OUT)
+    assert any("its parent agent's heartbeats" in o.get("message", "") for o in report["outcomes"])
+
+
+def test_killing_the_controller_of_a_tree_empties_every_namespace(network: Network) -> None:
+    job = _Job(network, {})
+    try:
+        assert job.line(120).startswith("READY")
+        started = job.started()
+        assert len(started) >= 2 * HOSTS  # an agent and a worker on each host at least
+        job.controller.kill()
+        killed = time.monotonic()
+        # Each agent hears of it itself (its own connection to the controller), as with
+        # one level. (32 hosts' processes dying on two loaded cores took 3 to 10 s: the
+        # slow run only checks that they all go.)
+        limit = 2.5 if HOSTS <= 8 else 30.0
+        while job.started() & started:
+            assert time.monotonic() - killed < limit, "the namespaces did not empty"
+            time.sleep(0.05)
+    finally:
+        job.end()
+
+
+def test_leased_agents_of_a_tree_are_probed_by_the_controller_itself(
+    network: Network, tmp_path: Path
+) -> None:
+    # A leased agent detaches when its controller's heartbeats stop: in a tree it must
+    # still get them from the controller, not only from its parent agent.
+    job = _Job(network, {"ACTORMESH_JOBS_DIR": str(tmp_path)}, ("leased_tree", "treejob"))
+    try:
+        assert json.loads(job.line(120)) == {"links": HOSTS, "probed": HOSTS}
+        assert job.controller.wait(60) == 0
+    finally:
+        job.end()
