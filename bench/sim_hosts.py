@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import sys
 import threading
 from collections import Counter
@@ -348,6 +349,19 @@ class SimAgentRuntime(Runtime):
         link = self.dialing.dial(self, path, counted=False)
         return super().connection(path) if link is None else link
 
+    frozen = False  # a frozen host reads nothing (SimHost.freeze)
+
+    def _on_frame(self, conn: Any, parts: list[memoryview]) -> None:
+        if not self.frozen:
+            super()._on_frame(conn, parts)
+
+    def listen_tcp(
+        self, host: str | None = None, port: int = 0, *, sock: socket.socket | None = None
+    ) -> str:
+        """Where other agents reach this one (a tree of agents): its address of the
+        simulation, which ``Dialing`` serves over in-memory links; nothing is bound."""
+        return self.address
+
     def _exit_worker(self, why: str) -> None:
         if self.closed:
             return
@@ -374,6 +388,7 @@ class SimHost:
         without a reset): nothing is answered, nothing closes (any thread)."""
         self.frozen = True
         self.mine._on_frame = lambda link, parts: None
+        self.runtime.frozen = True  # its links from other agents (a tree) go silent too
 
     def die(self) -> None:
         """The agent's process ends: its link closes, as its TCP connection would."""

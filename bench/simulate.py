@@ -369,7 +369,7 @@ ROWS = [
 ]
 
 
-_OUT = ("CAST", "RELAY", "CALL")  # what carries a cast to the hosts
+_OUT = ("CAST", "TREECAST", "ROUTE", "RELAY", "CALL")  # what carries a cast to the hosts
 _BACK = ("REPLIES", "REPLY")  # what carries its replies back
 
 

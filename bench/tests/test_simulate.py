@@ -33,11 +33,14 @@ def test_simulate_measures_16_and_64_hosts(tmp_path: Path) -> None:
         assert size["actors"] == hosts * 16
         # Every actor answered, each with its own rank (nothing lost or misrouted).
         assert size["gathered"] == size["actors"] and size["gathered_ranks_ok"]
-        # One level of agents: one CAST out and one REPLIES back per host per cast.
-        assert size["cast_frames"]["sent"].get("CAST") == hosts
-        assert size["frames_sent_per_cast"] == hosts
-        assert size["cast_frames"]["received"].get("REPLIES") == hosts
-        assert size["frames_received_per_cast"] == hosts
+        # One frame out and one REPLIES back per child of the controller per cast: a CAST
+        # to each host up to the fan-out (16 by default), a TREE_CAST to each of 16 above.
+        children = min(hosts, 16)
+        kind = "CAST" if hosts <= 16 else "TREECAST"
+        assert size["cast_frames"]["sent"].get(kind) == children
+        assert size["frames_sent_per_cast"] == children
+        assert size["cast_frames"]["received"].get("REPLIES") == children
+        assert size["frames_received_per_cast"] == children
         # spawn_procs asks each agent once.
         assert size["spawn_procs_frames"]["sent"].get("HOSTOP") == hosts
         assert size["casts_timed"] >= 2
