@@ -342,6 +342,11 @@ class CoreRuntime:
                 self.address = dual_address(self.listen_path, listener.address)
         return listener.address
 
+    def tcp_addresses(self) -> set[str]:
+        """Where this process' TCP listeners accept peers now."""
+        with self._conns_lock:
+            return {listener.address for listener in self._tcp_listeners.values()}
+
     def stop_listening(self, address: str) -> None:
         """Close the TCP listener at ``address`` (connections it let in stay open)."""
         host, port = parse_tcp(address)

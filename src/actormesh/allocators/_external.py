@@ -68,6 +68,7 @@ class ExternalAllocator:
         self._secret = secret
         self._timeout = timeout
         self.address: str | None = None  # where it listens, once a mesh asked for processes
+        self._opened = False  # its listen() opened the listener (not one already there)
         self._effective_secret: str | None = None
 
     def listen(self) -> str:
@@ -81,7 +82,9 @@ class ExternalAllocator:
     def _listen(self, runtime: Runtime) -> str:
         if self._secret is not None:
             runtime.use_secret(self._secret)
+        known = runtime.tcp_addresses()
         self.address = runtime.listen_tcp(self.host, self.port)
+        self._opened = self._opened or self.address not in known
         self.port = parse_tcp(self.address)[1]  # the real one, if 0 was asked for
         self._effective_secret = runtime.secret
         return self.address
@@ -133,8 +136,13 @@ class ExternalAllocator:
         return [runtime.adopt_agent(j) for j in ordered]
 
     async def stop_hosts(self, runtime: Runtime, links: Sequence[AgentLink], grace: float) -> None:
-        """Let the host agents go: they exit, and end every process they started."""
+        """Let the host agents go: they exit, and end every process they started; then
+        stop listening where this allocator opened a listener (a later job of this
+        process on another network must not be advertised an address of this one)."""
         await runtime.stop_processes([link.process for link in links], grace)
+        if self._opened and self.address is not None:
+            runtime.stop_listening(self.address)
+            self.address, self._opened = None, False
 
     async def stop(self, runtime: Runtime, processes: Sequence[ChildProcess], grace: float) -> None:
         """Ask the processes to exit, and close their connections (which ends them)."""
