@@ -282,6 +282,7 @@ class Dialing:
             runtime._conns[path] = mine  # type: ignore[assignment]
         runtime.loop.call_soon_threadsafe(mine.start)
         target.loop.call_soon_threadsafe(theirs.start)
+        target.accepted.append(theirs)
         return mine
 
 
@@ -323,6 +324,7 @@ class SimAgentRuntime(Runtime):
         super().__init__(config, loop, key)
         self.index = index
         self.dialing = dialing
+        self.accepted = []
         self.loop_thread_id = None  # several share a loop: nothing may assume it is ours
         self.address = _address(index, 1)
         self.advertise = self.address.removeprefix("tcp://").rpartition(":")[0]
@@ -350,6 +352,7 @@ class SimAgentRuntime(Runtime):
         return super().connection(path) if link is None else link
 
     frozen = False  # a frozen host reads nothing (SimHost.freeze)
+    accepted: list[Any]  # links other agents dialled to it (a tree's)
 
     def _on_frame(self, conn: Any, parts: list[memoryview]) -> None:
         if not self.frozen:
@@ -391,8 +394,16 @@ class SimHost:
         self.runtime.frozen = True  # its links from other agents (a tree) go silent too
 
     def die(self) -> None:
-        """The agent's process ends: its link closes, as its TCP connection would."""
+        """The agent's process ends: its links close, as its TCP connections would (to
+        the controller, and to and from other agents in a tree)."""
+        runtime = self.runtime
+        runtime.closed = True  # nothing dials it any more (Dialing refuses a closed one)
         self.mine.close()
+        with runtime._conns_lock:
+            dialled = list(runtime._conns.values())
+        for link in [*dialled, *runtime.accepted]:
+            if isinstance(link, MemoryLink):
+                link.close()
 
 
 class SimulatedHosts:
