@@ -53,7 +53,8 @@ if __name__ == "__main__":
         for _ in range(5):
             refs = [pair.methods.slow.choose(0.3), pair.methods.slow.choose(0.3)]
             assert sorted(ray.get(refs)) == [0, 1], "both calls went to one actor"
-            time.sleep(0.3)  # let the finished calls leave the in-flight counts
+            assert pair.wait_idle(30)  # the finished calls leave the in-flight counts
+            assert pair.in_flight() == [0, 0]
         print("default choose: back-to-back calls spread over both actors")
 
         three = ActorMesh(Server, (), {}, shape=3, choose="least_loaded")

@@ -393,6 +393,24 @@ class ActorMesh(Generic[T]):
         """How many actors the mesh has."""
         return len(self._ranks)
 
+    def in_flight(self) -> list[int]:
+        """The calls in flight to each actor of this mesh, in rank order, as this process
+        counts them (what ``choose`` weighs): every call made through the mesh, from when
+        it is made until its result is ready."""
+        load = self._load
+        with load.changed:
+            return [load.in_flight[rank] for rank in self._ranks]
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no call counted by ``in_flight`` is in flight to this mesh's actors
+        (a result is counted done by a callback of Ray's, a moment after ``ray.get``
+        returned it); False if ``timeout`` seconds passed first."""
+        load = self._load
+        with load.changed:
+            return load.changed.wait_for(
+                lambda: not any(load.in_flight[rank] for rank in self._ranks), timeout
+            )
+
     def __getattr__(self, name: str) -> _Method:
         # ``mesh.f.all()`` without ``.methods``, for the class' own methods. (Read through
         # __dict__: pickle probes attributes of an instance it has not filled in yet.)
