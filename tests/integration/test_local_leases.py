@@ -98,3 +98,27 @@ def test_a_second_job_of_a_running_job_s_name_is_refused(tmp_path: Path) -> None
     # Its record is gone with it: the name is free again.
     again = run_script(_PROGRAM, tmp_path, args=("600", "shutdown"), env=env, timeout=120)
     assert again.returncode == 0, again.stderr
+
+
+def test_lease_of_hosts_refuses_what_cannot_be_leased(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import actormesh
+
+    monkeypatch.setenv("ACTORMESH_JOBS_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match="this_host\\(\\) cannot be leased"):
+        actormesh.this_host().lease("here", keep_alive=10)
+    hosts = actormesh.host_mesh(2).get(timeout=90)
+    try:
+        with pytest.raises(ValueError, match="keep_alive must be positive"):
+            hosts.lease("bad", keep_alive=0)
+        with pytest.raises(ValueError, match="job's name"):
+            hosts.lease("no/slash", keep_alive=10)
+        with pytest.raises(ValueError, match="whole host mesh"):
+            hosts.slice(hosts=0).lease("half", keep_alive=10)
+        hosts.spawn_procs(per_host={"gpus": 1}, name="early")
+        with pytest.raises(ValueError, match="before spawning processes"):
+            hosts.lease("late", keep_alive=10)
+        assert not (tmp_path / "late.json").exists()  # nothing was leased or recorded
+    finally:
+        hosts.shutdown().get(timeout=60)
