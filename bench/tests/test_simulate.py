@@ -43,6 +43,13 @@ def test_simulate_measures_16_and_64_hosts(tmp_path: Path) -> None:
         assert size["frames_received_per_cast"] == children
         # spawn_procs asks each agent once.
         assert size["spawn_procs_frames"]["sent"].get("HOSTOP") == hosts
+        # The actors' spawn (and the first call) go down the tree as casts too: one
+        # frame per child of the controller each, the spec shared by every process.
+        assert size["spawn_actors_frames"]["sent"] == {kind: 2 * children}
+        # A slice's calls tell each actor the slice's shape in a few numbers (its
+        # offset and strides), not its every rank: a cast to all hosts but one costs
+        # about what a cast to all does.
+        assert size["slice_cast_bytes"] < 2 * size["cast_frames"]["sent_bytes"][kind]
         assert size["casts_timed"] >= 2
         assert size["cast_cpu_controller_us"] > 0 and size["cast_wall_ms"] > 0
         assert size["memory_per_host_bytes"] > 0

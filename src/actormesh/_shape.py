@@ -16,12 +16,12 @@ import pprint
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Generic, TypeVar
 
 from ._exceptions import DimensionError
 
-__all__ = ["Extent", "Point", "Shape", "Shaped", "ValueMesh"]
+__all__ = ["Extent", "Point", "Shape", "Shaped", "ValueMesh", "pack_ranks", "unpack_ranks", "view_shape"]
 
 T = TypeVar("T")
 
@@ -36,6 +36,36 @@ def _strides(sizes: Sequence[int]) -> tuple[int, ...]:
     for i in range(len(sizes) - 2, -1, -1):
         strides[i] = strides[i + 1] * sizes[i + 1]
     return tuple(strides)
+
+
+def pack_ranks(sizes: Sequence[int], ranks: Sequence[int]) -> tuple[int, ...]:
+    """``ranks`` (row-major over ``sizes``) as a message carries them: ``(offset,
+    *strides)`` when they are a strided block of the root ranks (every slice of a mesh
+    is), else all of them. A call to a slice tells each of its actors the slice's shape,
+    so without this every actor's header would carry every rank of the slice: bytes that
+    grow with the square of the slice. The packed form is used only when it is shorter,
+    so the two are told apart by their length (``unpack_ranks``)."""
+    ranks = tuple(ranks)
+    if len(ranks) <= len(sizes) + 1:
+        return ranks
+    offset = ranks[0]
+    strides = []
+    for stride, size in zip(_strides(sizes), sizes, strict=True):
+        strides.append(ranks[stride] - offset if size > 1 else 0)
+    positions = [offset]
+    for size, stride in zip(sizes, strides, strict=True):
+        positions = [p + i * stride for p in positions for i in range(size)]
+    return (offset, *strides) if tuple(positions) == ranks else ranks
+
+
+def unpack_ranks(sizes: Sequence[int], packed: Sequence[int]) -> tuple[int, ...]:
+    """The ranks ``pack_ranks`` packed."""
+    if len(packed) == math.prod(sizes):
+        return tuple(packed)
+    positions = [packed[0]]
+    for size, stride in zip(sizes, packed[1:], strict=True):
+        positions = [p + i * stride for p in positions for i in range(size)]
+    return tuple(positions)
 
 
 def _describe(labels: Sequence[str], sizes: Sequence[object]) -> str:
@@ -705,3 +735,11 @@ def _size_of(shape: Shape, dim: str | Sequence[str] | None) -> int:
     if unknown:
         raise DimensionError(f"{shape} does not have dimension {unknown[0]!r}")
     return math.prod(extent[label] for label in labels)
+
+
+@lru_cache(maxsize=64)
+def view_shape(labels: tuple[str, ...], sizes: tuple[int, ...], packed: tuple[int, ...]) -> Shape:
+    """The shape of the slice a call was made on, from the view its header carries
+    (``pack_ranks``); the actors of one slice are called again and again with the same
+    view, so it is unpacked once."""
+    return Shape(labels, sizes, unpack_ranks(sizes, packed))

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actormesh._shape import Point, Shape, ValueMesh
+from actormesh._shape import Point, Shape, ValueMesh, pack_ranks, unpack_ranks, view_shape
 
 LABELS = ("hosts", "gpus", "dp", "tp", "pp")
 
@@ -431,3 +431,34 @@ def test_value_mesh_equality_and_length() -> None:
     assert ValueMesh(shape, [1, 2, 3]) != ValueMesh(Shape.of({"x": 3}), [1, 2, 3])
     assert len(ValueMesh(shape, [1, 2, 3])) == 3
     assert list(ValueMesh(shape, [1, 2, 3]).values()) == [1, 2, 3]
+
+
+@given(shapes())
+def test_packed_ranks_unpack_to_the_same_ranks(shape: Shape) -> None:
+    packed = pack_ranks(shape.sizes, shape.ranks)
+    assert unpack_ranks(shape.sizes, packed) == shape.ranks
+    assert len(packed) <= len(shape.ranks)
+    assert view_shape(shape.labels, shape.sizes, packed) == shape
+
+
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=3), st.data())
+def test_every_slice_of_a_mesh_packs_to_its_offset_and_strides(
+    sizes: list[int], data: st.DataObject
+) -> None:
+    whole = Shape(LABELS[: len(sizes)], tuple(sizes), tuple(range(math.prod(sizes))))
+    dims = {}
+    for label, size in zip(whole.labels, whole.sizes, strict=True):
+        start = data.draw(st.integers(0, size - 1))
+        step = data.draw(st.integers(1, 3))
+        dims[label] = slice(start, size, step)
+    part = whole.slice(**dims)
+    packed = pack_ranks(part.sizes, part.ranks)
+    if len(part.ranks) > part.ndim + 1:
+        assert len(packed) == part.ndim + 1  # a header's view does not grow with the slice
+    assert unpack_ranks(part.sizes, packed) == part.ranks
+
+
+def test_ranks_that_are_no_strided_block_travel_whole() -> None:
+    assert pack_ranks((4,), (0, 3, 1, 7)) == (0, 3, 1, 7)
+    assert pack_ranks((2, 3), (0, 1, 2, 10, 11, 13)) == (0, 1, 2, 10, 11, 13)
+    assert pack_ranks((2, 3), (0, 1, 2, 10, 11, 12)) == (0, 10, 1)

@@ -17,7 +17,7 @@ from .._core import headers
 from .._exceptions import ActorDiedError
 from .._hosts import Runtime
 from .._pure import Affinity, ChoosePolicy, policy_from
-from .._shape import Point, Shape, Shaped
+from .._shape import Point, Shape, Shaped, pack_ranks
 from ._actor import missing_endpoint
 from ._adverbs import Adverbs
 from ._choose import ChooseSettings, WhenFull
@@ -183,7 +183,8 @@ class ActorMesh(Shaped, Generic[T]):
                 and shape.sizes == ref.sizes
                 and shape.ranks == tuple(range(len(ref.paths)))
             )
-            view = self._view_cache = () if whole else (shape.labels, shape.sizes, shape.ranks)
+            packed = pack_ranks(shape.sizes, shape.ranks)
+            view = self._view_cache = () if whole else (shape.labels, shape.sizes, packed)
         return view or None
 
     def _routes(self) -> list[tuple[str, tuple[int, ...]]]:

@@ -123,9 +123,9 @@ class _Request:
                     conn = None
                 else:
                     ready.append((path, conn, ranks, parts))
-            for rank in ranks:
-                self.outstanding[rank] = conn
-                self.started[rank] = self._start(rank)
+            # (Per frame, not per rank: a cast to thousands of hosts has a rank per actor.)
+            self.outstanding.update(dict.fromkeys(ranks, conn))
+            self.started.update(dict.fromkeys(ranks, self._start(ranks)))
         self.req_id = runtime.register(self)
         route = self.route
         outgoing = [
@@ -163,9 +163,9 @@ class _Request:
         for rank in ranks:
             self.outstanding[rank] = conn
 
-    def _start(self, rank: int) -> float:
-        """Count the call to ``rank`` in flight; its start time."""
-        return self.state.started(rank)
+    def _start(self, ranks: tuple[int, ...]) -> float:
+        """Count the call to each of ``ranks`` in flight; its start time."""
+        return self.state.started(ranks)
 
     def _header(self, ranks: tuple[int, ...], token: str | None = None) -> headers.Header:
         """The frame header for ``ranks``; with a reply route's ``token``, if it has one,
@@ -568,7 +568,7 @@ class _Chosen(_One):
         super().__init__(mesh, endpoint, rank)
         self.picked_at = started
 
-    def _start(self, rank: int) -> float:
+    def _start(self, ranks: tuple[int, ...]) -> float:
         return self.picked_at
 
 

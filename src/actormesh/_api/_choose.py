@@ -17,7 +17,6 @@ that dies ends its calls too, and dead ranks are never picked.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -186,8 +185,7 @@ def _busy_message(mesh_name: str, limit: int | None, policy: ChoosePolicy) -> st
 
 
 def _reserve(state: MeshState, rank: int) -> float:
-    state.started(rank)
-    return time.perf_counter()
+    return state.started((rank,))
 
 
 def _enqueue(state: MeshState, ticket: _Ticket) -> None:

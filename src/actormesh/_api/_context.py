@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from .._core import CURRENT_MESSAGE, CoreRuntime
 from .._exceptions import ActorAborted
-from .._shape import Point, Shape
+from .._shape import Point, Shape, view_shape
 
 __all__ = [
     "ActorIdentity",
@@ -110,7 +110,7 @@ def current_rank() -> Point:
     view = getattr(message, "view", None)
     if not view:
         return identity.point
-    shape = Shape(*view)
+    shape = view_shape(*view)
     return shape.point(shape.index_of_rank(identity.point.rank))
 
 

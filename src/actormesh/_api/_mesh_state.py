@@ -186,10 +186,12 @@ class MeshState:
         stats = self._ranks
         return [stats[r].in_flight for r in ranks]
 
-    def started(self, rank: int) -> float:
-        """Count a call to ``rank`` as in flight; returns its start time."""
+    def started(self, ranks: tuple[int, ...]) -> float:
+        """Count a call to each of ``ranks`` as in flight; returns its start time."""
+        stats = self._ranks
         with self._lock:
-            self._ranks[rank].in_flight += 1
+            for rank in ranks:
+                stats[rank].in_flight += 1
         return time.perf_counter()
 
     def finished(self, rank: int, started: float, ok: bool) -> None:

@@ -173,7 +173,11 @@ class ProcMesh(Shaped):
             job.note_actors(mesh, actor_class, self)  # before the spawn: in order with it
         request = _Spawn(mesh)
         mesh._state.initialized = request.future
-        request.send([(path, ranks, [payload, *buffers]) for path, ranks in mesh._routes()])
+        # One parts list for every process: frames that share it go to each host agent as
+        # one cast (a list per process would send the spec once per process, through
+        # every agent above it: bytes that grow with the square of the hosts).
+        parts = [payload, *buffers]
+        request.send([(path, ranks, parts) for path, ranks in mesh._routes()])
         return mesh  # type: ignore[return-value]
 
     def stop(self, reason: str = DEFAULT_STOP_REASON) -> Future[None]:

@@ -159,7 +159,8 @@ TREE_CAST, ROUTE = range(20, 22)
 PARTIAL = -2
 
 Ranks = tuple[int, ...]
-# A called slice's shape: its dimension labels, sizes, and the ranks it holds.
+# A called slice's shape: its dimension labels, sizes, and the ranks it holds, packed
+# (``_shape.pack_ranks``: a strided block of ranks travels as its offset and strides).
 View = tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]
 # One worker of a Cast: its address, the ranks called there, its encoded header.
 CastTarget = tuple[str, Ranks, bytes]

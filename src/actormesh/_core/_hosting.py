@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from .._config import Config
 from .._exceptions import ActorDiedError, MeshStoppedError, endpoint_named
+from .._shape import view_shape
 from .._transport import Link, TransportClosed
 from . import _headers as hdr
 from . import _otel, _snapshot
@@ -231,7 +232,7 @@ class _Delivery:
         if self.view is None:
             return self.rank
         try:
-            return list(self.view[2]).index(self.rank)
+            return view_shape(*self.view).index_of_rank(self.rank)
         except ValueError:
             return self.rank
 
