@@ -88,6 +88,10 @@ def fail_with(message: str) -> None:
     raise ValueError(message)
 
 
+def a_lock() -> Any:
+    return threading.Lock()
+
+
 def sleep_for(seconds: float) -> float:
     time.sleep(seconds)
     return seconds
@@ -293,6 +297,18 @@ def contract(rank: int, world_size: int, backend: str) -> dict[str, Any]:
             out["async_exception"] = "no error"
         except ValueError as error:
             out["async_exception"] = "async bad" in str(error)
+        # A result that cannot be pickled back: torch raises RuntimeError, naming the type.
+        out["unpicklable_result"] = []
+        for fetch in (
+            lambda: rpc.rpc_sync("w1", a_lock),
+            lambda: rpc.rpc_async("w2", a_lock).wait(),
+            lambda: rpc.remote("w1", a_lock).to_here(),
+        ):
+            try:
+                fetch()
+                out["unpicklable_result"].append("no error")
+            except RuntimeError as error:
+                out["unpicklable_result"].append("pickle" in str(error))
 
         started = time.monotonic()
         try:

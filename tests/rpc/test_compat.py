@@ -117,6 +117,7 @@ def test_remote_exceptions_keep_their_type_message_and_remote_traceback(
     # [message present, the remote function named in the traceback]
     assert contract["remote_exception"] == [True, True]
     assert contract["async_exception"] is True
+    assert contract["unpicklable_result"] == [True, True, True]
     assert contract["remote_failure"] is True
 
 

@@ -36,6 +36,7 @@ from ._api import shutdown as shutdown
 from ._collectives import _all_gather as _all_gather
 from ._collectives import _barrier as _barrier
 from ._collectives import _wait_all_workers as _wait_all_workers
+from ._errors import ResultPickleError as ResultPickleError
 from ._errors import RpcNotInitialized as RpcNotInitialized
 from ._errors import RpcTimeoutError as RpcTimeoutError
 from ._errors import WorkerDiedError as WorkerDiedError
@@ -59,6 +60,7 @@ __all__ = [
     "RemoteModule",
     "RendezvousError",
     "RpcBackendOptions",
+    "ResultPickleError",
     "RpcNotInitialized",
     "RpcTimeoutError",
     "TensorPipeRpcBackendOptions",

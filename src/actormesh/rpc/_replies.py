@@ -16,8 +16,9 @@ from pickle import PickleBuffer
 from typing import TYPE_CHECKING, Any
 
 from .._core import error_from_payload, error_payload
-from .._exceptions import ActorError
+from .._exceptions import ActorError, SerializationError
 from ._dist_autograd import Context, engine
+from ._errors import ResultPickleError
 from ._wire import DecodeSession, EncodeSession, decode, encode
 
 if TYPE_CHECKING:
@@ -27,9 +28,16 @@ __all__ = ["decode_reply", "encode_reply", "failure_reply", "remote_error"]
 
 
 def encode_reply(state: RpcState, value: Any, dest: int, ctx: Context | None) -> tuple[Any, ...]:
-    """The reply carrying ``value`` to ``dest``, recorded in ``ctx`` when it has grads."""
+    """The reply carrying ``value`` to ``dest``, recorded in ``ctx`` when it has grads.
+
+    Raises:
+        ResultPickleError: ``value`` cannot be pickled (the caller's error for it).
+    """
     session = EncodeSession(state, dest, ctx)
-    payload, buffers = encode(value, session)
+    try:
+        payload, buffers = encode(value, session)
+    except SerializationError as error:
+        raise ResultPickleError(f"the result cannot be sent back: {error}") from error
     key = None
     if ctx is not None:
         key = engine(state).record_send(ctx, dest, session.grad_tensors)

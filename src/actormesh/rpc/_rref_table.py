@@ -317,10 +317,9 @@ def _handle_get(state: RpcState, src: int, context_id: int, rref_id: Id) -> Any:
     def job(entry: OwnerEntry) -> None:
         try:
             out = encode(entry)
-        except BaseException as error:
-            state.resolve(reply, error=error)
-        else:
-            state.resolve(reply, out)
+        except BaseException as error:  # its value cannot be sent: the caller's error
+            out = failure_reply(state, error, "RRef.to_here")
+        state.resolve(reply, out)
 
     def ready(entry: OwnerEntry) -> None:
         state.pool.submit(job, entry)
