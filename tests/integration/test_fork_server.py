@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -265,8 +266,6 @@ print("returned")
 
 @pytest.mark.timeout(60)
 def test_a_template_whose_owner_ended_before_it_was_ready_returns_quietly() -> None:
-    import subprocess
-
     done = subprocess.run(
         [sys.executable, "-c", TEMPLATE_OWNER_GONE], capture_output=True, text=True, timeout=50
     )
