@@ -46,6 +46,7 @@ def _print_failure(what: str) -> None:
     print(f"actormesh: {what} raised:", file=sys.stderr)
     traceback.print_exc(file=sys.stderr)
 
+
 # Seconds an actor's close waits for each mesh it spawned to stop.
 _CHILD_STOP_WAIT = 30.0
 
