@@ -230,12 +230,11 @@ class Runtime(CoreRuntime):
         finally:
             progress.done()
             for child in children:
-                waiter = self._hello.get(child.listen_path)
-                self._hello.pop(child.listen_path, None)
-                if waiter is not None and waiter.done() and not waiter.cancelled():
+                hello = self._hello.pop(child.listen_path, None)
+                if hello is not None and hello.done() and not hello.cancelled():
                     # Those killed above ended with an error nobody waits for: seen, so
                     # asyncio does not print "Future exception was never retrieved".
-                    waiter.exception()
+                    hello.exception()
         return children
 
     @property
