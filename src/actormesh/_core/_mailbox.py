@@ -663,7 +663,8 @@ class Mailbox:
     def close(
         self, done: Callable[[], None] | None = None, error: BaseException | None = None
     ) -> None:
-        """Drop the actor: queued messages fail, the threads end after the current job.
+        """Drop the actor: queued messages and the running one fail (the running one's
+        callers at once), the threads end after the current job.
 
         The actor's running tasks are cancelled, then its close hooks run on its thread
         (after the ``def`` endpoint it is busy with, if any); ``done`` runs on the loop
@@ -682,6 +683,12 @@ class Mailbox:
             why = f"The {self._name} and all its descendants have failed: {error}"
         for message in dropped:
             message.abandon(MeshStoppedError(why))
+        running = self.current
+        if running is not None:
+            # Its caller hears of the stop now, not when (or if) a ``def`` endpoint it is
+            # in returns: a thread cannot be interrupted, and the mesh is gone for callers.
+            # What the endpoint answers later is dropped (a message answers once).
+            running.abandon(MeshStoppedError(why))
         self._jobs.put((self._finish, host, error, done))
         self._jobs.put(_STOP)
 
