@@ -21,7 +21,16 @@ from typing import Any, Generic, TypeVar
 
 from ._exceptions import DimensionError
 
-__all__ = ["Extent", "Point", "Shape", "Shaped", "ValueMesh", "pack_ranks", "unpack_ranks", "view_shape"]
+__all__ = [
+    "Extent",
+    "Point",
+    "Shape",
+    "Shaped",
+    "ValueMesh",
+    "pack_ranks",
+    "unpack_ranks",
+    "view_shape",
+]
 
 T = TypeVar("T")
 

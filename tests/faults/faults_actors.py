@@ -43,7 +43,9 @@ class Worker(Actor):
         return value
 
     @endpoint
-    def sleep(self, seconds: float) -> float:
+    def sleep(self, seconds: float, marker: str = "") -> float:
+        if marker:
+            Path(marker).touch()  # tell the test the endpoint is running
         time.sleep(seconds)
         return seconds
 

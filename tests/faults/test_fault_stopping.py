@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 from faults_actors import Worker
@@ -90,3 +91,23 @@ def test_stop_escalates_from_sigterm_to_sigkill_after_the_grace() -> None:
     assert result["codes"][1] == -signal.SIGKILL
     assert result["codes"][0] == 0  # the other worker left when asked
     assert result["pending"].startswith("MeshStoppedError")
+
+
+@pytest.mark.timeout(60)
+def test_stopping_an_actor_mesh_fails_the_call_its_def_endpoint_is_running(
+    tmp_path: Path,
+) -> None:
+    procs = proc_mesh(gpus=1).get(timeout=30)
+    try:
+        mesh = procs.spawn("busy", Worker)
+        marker = tmp_path / "running"
+        running = mesh.sleep.call_one(3600, str(marker))  # a thread cannot be interrupted
+        queued = mesh.echo.call_one(1)
+        wait_until(marker.exists, 30, "the endpoint to start")
+        mesh.stop().get(timeout=30)
+        # Both callers hear of the stop by the time stop() returns, not in an hour.
+        for future in (queued, running):
+            with pytest.raises(MeshStoppedError, match="stopped"):
+                future.get(timeout=5)
+    finally:
+        procs.stop().get(timeout=30)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -251,3 +252,21 @@ def test_a_multiprocessing_child_starts_no_template(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {"none_in_child": True}
+
+
+TEMPLATE_OWNER_GONE = """
+import socket
+owner, template_end = socket.socketpair()
+owner.close()  # the program that imported actormesh has ended already
+from actormesh._hosts import _template
+_template.main([str(template_end.detach())])
+print("returned")
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_template_whose_owner_ended_before_it_was_ready_returns_quietly() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", TEMPLATE_OWNER_GONE], capture_output=True, text=True, timeout=50
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "returned\n", "")

@@ -413,6 +413,22 @@ def test_an_endpoint_that_ends_its_actor_fails_its_call_with_a_supervision_error
         actor.ping.call_one().get(timeout=30)
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("how", ["fatal", "raises_past_its_port", "abort"])
+def test_a_call_queued_behind_the_endpoint_that_ends_its_actor_fails_as_later_calls_do(
+    ends_itself: tuple[EndsItself, list[MeshFailure]], how: str
+) -> None:
+    # The ping waits in the actor's queue when the actor is dropped: its caller gets what
+    # a call made after the drop gets, not a stop of the mesh.
+    actor, _ = ends_itself
+    ending = getattr(actor, how).call_one()
+    queued = actor.ping.call_one()
+    with pytest.raises(ActorFailedError):
+        ending.get(timeout=30)
+    with pytest.raises(ActorDiedError, match=r"The actor ender\{gpus=0\} and all its descend"):
+        queued.get(timeout=30)
+
+
 @pytest.mark.timeout(60)
 def test_a_call_to_an_actor_whose_process_died_names_it_in_monarchs_words(
     crash: Crash,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextvars
 import inspect
 import logging
+import sys
+import traceback
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -34,6 +36,16 @@ if TYPE_CHECKING:
 __all__ = ["Actor", "SpawnSpec", "endpoint_table", "missing_endpoint", "point_of"]
 
 log = logging.getLogger("actormesh.actor")
+
+
+def _print_failure(what: str) -> None:
+    """Write the exception being handled to stderr, after ``what`` failed while an actor
+    was closing: nobody waits for its answer, and the ``actormesh`` logger has no handler
+    in a worker, so without this the user would never see it (the worker's stderr comes
+    to the controller's terminal)."""
+    print(f"actormesh: {what} raised:", file=sys.stderr)
+    traceback.print_exc(file=sys.stderr)
+
 
 # Seconds an actor's close waits for each mesh it spawned to stop.
 _CHILD_STOP_WAIT = 30.0
@@ -216,8 +228,14 @@ class _ActorHost:
             try:
                 hook()
             except Exception:
-                log.exception("a close hook of an actor failed")
+                _print_failure(f"a close hook of actor {self._describe()}")
         self.instance = None
+
+    def _describe(self) -> str:
+        """The actor as its messages name it: class, mesh and coordinates."""
+        identity = identity_in(self.context)
+        where = "" if identity is None else f" of mesh '{identity.mesh_name}' at {identity.point}"
+        return f"{type(self.instance).__qualname__}{where}"
 
     def _stop_children(self) -> None:
         # What the actor spawned stops with it, newest first (its actor meshes before the
@@ -229,7 +247,7 @@ class _ActorHost:
             try:
                 child.stop().get(timeout=_CHILD_STOP_WAIT)
             except Exception:
-                log.warning("stopping %r with its owner failed", child, exc_info=True)
+                _print_failure(f"stopping {child!r} with its owner, actor {self._describe()},")
 
     def _cleanup(
         self, error: BaseException | None, on_loop: Callable[[Callable[[], Any]], Any] | None
@@ -248,7 +266,7 @@ class _ActorHost:
                     return
                 on_loop(lambda: result)
         except Exception:
-            log.exception("__cleanup__ of %s raised", type(self.instance).__qualname__)
+            _print_failure(f"__cleanup__ of actor {self._describe()}")
 
 
 @dataclass

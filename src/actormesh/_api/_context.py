@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from .._core import CURRENT_MESSAGE, CoreRuntime
 from .._exceptions import ActorAborted
-from .._shape import Point, Shape, view_shape
+from .._shape import Point, view_shape
 
 __all__ = [
     "ActorIdentity",

@@ -251,7 +251,7 @@ class _Supervise:
     def fail_init(self, error: BaseException) -> None:
         self.fail(error)
 
-    def abandon(self, error: BaseException) -> None:
+    def abandon(self, error: BaseException, as_sent: bool = False) -> None:
         self.fail(error)
 
     def _up(self, why: BaseException | None) -> None:

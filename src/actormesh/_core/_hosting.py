@@ -210,10 +210,16 @@ class _Delivery:
             )
         )
 
-    def abandon(self, error: BaseException) -> None:
+    def abandon(self, error: BaseException, as_sent: bool = False) -> None:
         """The actor was stopped or dropped before this message ran."""
         self._answer_if_awaited(
-            error_payload(error, mesh=self.mesh_name, point=self.point, endpoint=self.endpoint)
+            error_payload(
+                error,
+                mesh=self.mesh_name,
+                point=self.point,
+                endpoint=self.endpoint,
+                as_sent=as_sent,
+            )
         )
 
     def _answer_if_awaited(self, payload: bytes) -> None:
@@ -557,7 +563,8 @@ class Hosting:
             self._absent_answers[(mesh_id, rank)] = error_payload(
                 gone, mesh=hosted.mesh_name, point=hosted.point, endpoint="", as_sent=True
             )
-            hosted.mailbox.close(None, error)
+            # Calls that came before the drop and wait in its queue fail the same way.
+            hosted.mailbox.close(None, error, gone)
 
     def escalate(self, mesh_id: str, rank: int, endpoint: str, payload: bytes) -> bool:
         """Report a failure of actor ``rank`` of ``mesh_id`` to whoever spawned that mesh.

@@ -113,9 +113,10 @@ class Message(Protocol):
         """The actor's ``__init__`` raised ``error`` before this message could run."""
         ...
 
-    def abandon(self, error: BaseException) -> None:
+    def abandon(self, error: BaseException, as_sent: bool = False) -> None:
         """The message will never run (its actor was stopped or dropped): a caller that
-        waits gets ``error``; nothing is reported for a message nobody waits on."""
+        waits gets ``error`` (``as_sent``: raised as it is, not as an ``ActorError``
+        around it); nothing is reported for a message nobody waits on."""
         ...
 
 
@@ -661,14 +662,20 @@ class Mailbox:
             task.cancel()
 
     def close(
-        self, done: Callable[[], None] | None = None, error: BaseException | None = None
+        self,
+        done: Callable[[], None] | None = None,
+        error: BaseException | None = None,
+        gone: BaseException | None = None,
     ) -> None:
-        """Drop the actor: queued messages fail, the threads end after the current job.
+        """Drop the actor: queued messages and the running one fail (the running one's
+        callers at once), the threads end after the current job.
 
         The actor's running tasks are cancelled, then its close hooks run on its thread
         (after the ``def`` endpoint it is busy with, if any); ``done`` runs on the loop
         once they have. ``error``: why the actor is dropped (a failure rather than a
-        stop), given to its ``__cleanup__``.
+        stop), given to its ``__cleanup__``. ``gone``: what the callers of the messages it
+        drops get, as it is (the error later calls to the dropped actor get); by default a
+        ``MeshStoppedError``.
         """
         from .._exceptions import MeshStoppedError
 
@@ -680,8 +687,17 @@ class Mailbox:
         why = "the actor's mesh was stopped"
         if error is not None:  # in Monarch's words (programs match on them), then ours
             why = f"The {self._name} and all its descendants have failed: {error}"
+        running = self.current
+        if running is not None:
+            # Its caller hears of the stop now, not when (or if) a ``def`` endpoint it is
+            # in returns: a thread cannot be interrupted, and the mesh is gone for callers.
+            # What the endpoint answers later is dropped (a message answers once).
+            dropped.append(running)
         for message in dropped:
-            message.abandon(MeshStoppedError(why))
+            if gone is not None:
+                message.abandon(gone, as_sent=True)
+            else:
+                message.abandon(MeshStoppedError(why))
         self._jobs.put((self._finish, host, error, done))
         self._jobs.put(_STOP)
 

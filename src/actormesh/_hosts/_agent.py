@@ -596,9 +596,5 @@ def _dial_once(target: Endpoint, secret: str, trust_all: bool, deadline: float) 
 
 
 def main() -> None:
-    """``python -m actormesh._hosts._agent``: an agent started by an allocator."""
+    """An agent started by an allocator (``python -m actormesh._hosts._agent_main``)."""
     serve_agent(os.environ["ACTORMESH_KEY"], os.environ["ACTORMESH_PARENT"])
-
-
-if __name__ == "__main__":
-    main()

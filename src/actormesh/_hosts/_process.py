@@ -316,7 +316,7 @@ def launch_agent(key: str, owner: str, secret: str) -> subprocess.Popen[bytes]:
         "ACTORMESH_SECRET": secret,
     }
     popen = subprocess.Popen(
-        [sys.executable, "-m", "actormesh._hosts._agent"],
+        [sys.executable, "-m", "actormesh._hosts._agent_main"],
         env=env,
         stdin=subprocess.DEVNULL,
         start_new_session=True,

@@ -230,7 +230,11 @@ class Runtime(CoreRuntime):
         finally:
             progress.done()
             for child in children:
-                self._hello.pop(child.listen_path, None)
+                hello = self._hello.pop(child.listen_path, None)
+                if hello is not None and hello.done() and not hello.cancelled():
+                    # Those killed above ended with an error nobody waits for: seen, so
+                    # asyncio does not print "Future exception was never retrieved".
+                    hello.exception()
         return children
 
     @property

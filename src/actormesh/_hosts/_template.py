@@ -95,7 +95,10 @@ def main(argv: list[str]) -> None:
         ctypes.CDLL(None).malloc_trim(0)
     room = _area(env=True)[1] - _area(env=True)[0]
     _rewrite(_area(env=True), b"ACTORMESH_FORK_SERVER=1\0")  # see the module docstring
-    sock.sendall(pickle.dumps({"ready": os.getpid(), "room": room}))
+    try:
+        sock.sendall(pickle.dumps({"ready": os.getpid(), "room": room}))
+    except OSError:
+        return  # the owner is gone already (a program that imported actormesh and ended)
     while True:
         request, fds = _receive(sock)
         if request is None:

@@ -35,7 +35,7 @@ log = logging.getLogger("actormesh.allocators")
 Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 _HOST_CLASSES: dict[int, Any] = {}
-_AGENT_MODULE = "actormesh._hosts._agent"
+_AGENT_MODULE = "actormesh._hosts._agent_main"
 
 
 def _import_ray() -> Any:
