@@ -19,7 +19,7 @@ from .._hosts import Runtime
 from .._pure import Affinity, ChoosePolicy, policy_from
 from .._shape import Point, Shape, Shaped, pack_ranks
 from ._actor import missing_endpoint
-from ._adverbs import Adverbs
+from ._adverbs import Adverbs, fail_calls_to_stopped
 from ._choose import ChooseSettings, WhenFull
 from ._endpoint import Endpoint, EndpointOptions, NotAnEndpoint
 from ._future import Future, resolved
@@ -287,12 +287,14 @@ class ActorMesh(Shaped, Generic[T]):
             state.job.forget_actors(self._ref.mesh_id)
         if state.owned is not None:
             state.stopped = True
+            fail_calls_to_stopped(state)
             return state.owned.stop(reason)  # type: ignore[no-any-return]
         future: Future[None] = Future._new(Runtime.get().in_loop_thread)
         if state.stopped:
             future._set_result(None)
             return future
         state.stopped = True
+        fail_calls_to_stopped(state)
         runtime = Runtime.get()
         request = _StopRequest(future, len(self._all_routes()))
         req_id = runtime.register(request)

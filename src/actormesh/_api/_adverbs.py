@@ -40,7 +40,7 @@ from .._shape import ValueMesh
 from ._actor import point_of
 from ._choose import WhenFull, check_limits, keyed, submit
 from ._future import Future, resolved
-from ._mesh_state import stopped_event
+from ._mesh_state import MeshState, stopped_event
 from ._supervision import actor_name
 from ._timeouts import INSPECT_WAIT, Inspection, timeout_error
 
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from ._actor_mesh import ActorMesh
     from ._endpoint import Endpoint
 
-__all__ = ["Adverbs", "ValueStream"]
+__all__ = ["Adverbs", "ValueStream", "fail_calls_to_stopped"]
 
 R = TypeVar("R")
 
@@ -420,6 +420,20 @@ class _Request:
         if deadline is not None:
             runtime.call_soon(self.arm_deadline, deadline)
         return future
+
+
+def fail_calls_to_stopped(state: MeshState) -> None:
+    """Fail every call to ``state``'s mesh that still waits, from the loop thread: the mesh
+    was stopped, and its callers hear that from the stop itself, in its words, whatever
+    each actor does meanwhile (one deep in a ``def`` endpoint may never answer)."""
+    runtime = Runtime.get()
+
+    def fail() -> None:
+        for request in runtime.pending():
+            if isinstance(request, _Request) and request.state is state and request.outstanding:
+                request._fail_unreachable(tuple(request.outstanding), "its mesh was stopped")
+
+    runtime.call_soon(fail)
 
 
 class _Gather(_Request):

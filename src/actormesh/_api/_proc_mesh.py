@@ -27,7 +27,7 @@ from .._shape import Point, Shape, Shaped, ValueMesh
 from . import _restart, _supervision
 from ._actor import Actor, SpawnSpec, endpoint_table
 from ._actor_mesh import ActorMesh, MeshRef, _StopRequest
-from ._adverbs import _Gather
+from ._adverbs import _Gather, fail_calls_to_stopped
 from ._allocator import Allocator, LocalAllocator, ProcessSpec
 from ._context import adopt, context
 from ._future import Future, from_concurrent, resolved
@@ -202,6 +202,7 @@ class ProcMesh(Shaped):
             if state.mesh_id in processes.meshes:
                 state.note_stop(reason)
                 state.stopped = True
+                fail_calls_to_stopped(state)
         grace = runtime.config.stop_grace
 
         async def stopping() -> None:

@@ -529,6 +529,10 @@ class CoreRuntime:
         """Stop listening for a request (late replies are then dropped)."""
         self._pending.pop(req_id, None)
 
+    def pending(self) -> list[ReplyHandler]:
+        """The requests still listening for replies (loop thread)."""
+        return list(self._pending.values())
+
     def send(
         self,
         conn: Connection,
