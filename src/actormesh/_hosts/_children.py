@@ -374,6 +374,8 @@ class Children:
         return child
 
     def own_relayed(self, process: RelayedProcess) -> None:
+        """Own ``process``, a worker an agent started for us (loop thread): reached
+        through the agent, which tells us when it ends."""
         path = process.listen_path
         self.processes[path] = process
         self.runtime.revive(path)
@@ -382,6 +384,7 @@ class Children:
         process.watch(self.loop, self.child_exited)
 
     def monitor(self) -> HeartbeatMonitor:
+        """The heartbeat monitor of the processes owned here, made on first use."""
         if self.heartbeat is None:
             self.heartbeat = HeartbeatMonitor(
                 self.loop,
@@ -403,13 +406,16 @@ class Children:
         return True
 
     def declare_dead(self, child: ChildProcess, note: str) -> None:
+        """``child`` stopped answering: it is killed, with ``note`` as the cause."""
         # Killing it turns silence into an ordinary death: the pidfd fires and
-        # _child_exited reports it once, with this note as the cause.
+        # child_exited reports it once, with this note as the cause.
         log.warning("worker %s (rank %s) %s", child.pid, child.rank, note)
         child.death_note = note
         child.signal_group(signal.SIGKILL)
 
     def child_exited(self, child: ChildProcess) -> None:
+        """``child`` is gone (loop thread): what it sent is read first, its exit listeners
+        hear of it before the calls waiting on it fail, and what it started is killed."""
         path = child.listen_path
         # The pidfd may fire before the loop read the worker's last frames (an actor's
         # answer to its spawn, then a call that killed the process): hear them first.
