@@ -336,10 +336,10 @@ class SimAgentRuntime(Runtime):
     ) -> list[ChildProcess]:
         children: list[ChildProcess] = []
         for key, rank, _env in specs:
-            port = 2000 + len(self._children)
+            port = 2000 + len(self.children.processes)
             child = SimChild(key, rank, _address(self.index, port), _FAKE_PID + port)
-            child.watch(self.loop, self._child_exited)
-            self._children[child.listen_path] = child
+            child.watch(self.loop, self.children.child_exited)
+            self.children.processes[child.listen_path] = child
             with self._conns_lock:
                 self._conns[child.listen_path] = SimWorker(self, child)  # type: ignore[assignment]
             children.append(child)
@@ -369,9 +369,9 @@ class SimAgentRuntime(Runtime):
         if self.closed:
             return
         self.closed = True
-        for child in list(self._children.values()):
+        for child in list(self.children.processes.values()):
             child.stopping = True
-        self._children.clear()
+        self.children.processes.clear()
         if self._parent is not None:
             self._parent.close()
 

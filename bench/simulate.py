@@ -293,7 +293,7 @@ def _last_answer_age(host: Any) -> float | None:
     from actormesh._hosts import Runtime
 
     runtime = Runtime.get()
-    monitor = runtime._heartbeat
+    monitor = runtime.children.heartbeat
     watched = None if monitor is None else monitor._watched.get(host.runtime.address)
     if watched is None:
         return None

@@ -137,17 +137,17 @@ def _kill_randomly(procs: ProcMesh, seconds: float) -> tuple[int, list[float], l
         time.sleep(chooser.uniform(*KILL_EVERY))  # the chaos pace, not synchronisation
         victim = chooser.choice(procs._processes.children)
         path = victim.listen_path
-        if runtime.relaunching(path) or not victim.alive():
+        if runtime.children.relaunching(path) or not victim.alive():
             continue  # that rank is down already
         killed_at = time.monotonic()
         os.kill(victim.pid, signal.SIGKILL)
         kills += 1
         detections.append(
-            wait_until(lambda p=path: runtime.relaunching(p), 5, "the death to be noticed")
+            wait_until(lambda p=path: runtime.children.relaunching(p), 5, "the death to be noticed")
         )
 
         def restarted(path: str = path, killed_at: float = killed_at) -> None:
-            wait_until(lambda: not runtime.relaunching(path), 30, "the restart")
+            wait_until(lambda: not runtime.children.relaunching(path), 30, "the restart")
             restarts.append(time.monotonic() - killed_at)
 
         watchers.append(threading.Thread(target=restarted))

@@ -38,7 +38,7 @@ def _forked_children() -> dict[int, bool]:
     """The controller's workers now: pid -> whether it was forked by the template."""
     return {
         child.pid: isinstance(child.popen, ForkedPopen)
-        for child in Runtime.get()._children.values()
+        for child in Runtime.get().children.processes.values()
         if child.alive()
     }
 
@@ -75,7 +75,7 @@ def test_a_forked_worker_is_the_controllers_child_with_a_fresh_workers_identity(
         assert environ["ACTORMESH_PARENT_PID"] == str(os.getpid())
         assert "ACTORMESH_KEY" in environ
         assert not any(name.startswith("ACTORMESH_FORK_SERVER") for name in environ)
-    template = Runtime.get()._forks
+    template = Runtime.get().children.forks
     assert template is not None and template.pid not in pids
     # The template carries no worker's or test's identity that a process search could
     # mistake for one of them.
@@ -86,7 +86,7 @@ def test_a_forked_worker_is_the_controllers_child_with_a_fresh_workers_identity(
 def test_a_dead_template_costs_one_fresh_start_and_is_replaced() -> None:
     first = proc_mesh(gpus=1).get(timeout=60)
     first.stop().get(timeout=30)
-    template = Runtime.get()._forks
+    template = Runtime.get().children.forks
     assert template is not None
     os.kill(template.pid, signal.SIGKILL)
     wait_until(lambda: process_gone(template.pid), 5, "the template to exit")
@@ -102,7 +102,7 @@ def test_a_dead_template_costs_one_fresh_start_and_is_replaced() -> None:
     try:
         assert mesh.spawn("echo", Echo).ping.call().get(timeout=30).values() == ["pong"] * 2
         assert all(_forked_children().values())
-        replacement = Runtime.get()._forks
+        replacement = Runtime.get().children.forks
         assert replacement is not None and replacement.pid != template.pid
     finally:
         mesh.stop().get(timeout=30)
@@ -144,8 +144,8 @@ import sys
 from actormesh import proc_mesh
 from actormesh._hosts import Runtime
 mesh = proc_mesh(gpus=2).get(timeout=60)
-children = [c.pid for c in Runtime.get()._children.values()]
-print(Runtime.get()._forks.pid, *children, flush=True)
+children = [c.pid for c in Runtime.get().children.processes.values()]
+print(Runtime.get().children.forks.pid, *children, flush=True)
 sys.stdin.read()
 """
 
@@ -174,7 +174,7 @@ if sys.argv[1] == "spawn":
 
     procs = proc_mesh(gpus=2).get(timeout=60)
     pids = sorted(procs.spawn("p", Pid).pid.call().get(timeout=60).values())
-    forks = Runtime.get()._forks
+    forks = Runtime.get().children.forks
     print(json.dumps({"started": started, "template": forks.pid,
                       "adopted": forks.adopted_early, "workers": pids}))
     procs.stop().get(timeout=30)

@@ -119,7 +119,7 @@ def leased_tree(listen: str, count: int, name: str) -> None:
     allocator = ExternalAllocator(listen, timeout=60)
     hosts = host_mesh(count, allocator=allocator, keep_alive=60, name=name).get(timeout=90)
     runtime = Runtime.get()
-    monitor = runtime._heartbeat
+    monitor = runtime.children.heartbeat
     links = [link for link in runtime.agents.values() if link.tree is not None]
     watched = monitor._watched if monitor is not None else {}
     probed = [link for link in links if link.leased and link.process.listen_path in watched]

@@ -310,7 +310,7 @@ def test_an_interior_agent_cut_off_mid_stream_is_routed_around(network: Network)
 
 def test_the_controller_probes_only_the_agents_it_casts_to(where: ActorMesh[Where]) -> None:
     runtime = Runtime.get()
-    monitor = runtime._heartbeat
+    monitor = runtime.children.heartbeat
     assert monitor is not None
     links = [link for link in runtime.agents.values() if link.tree is not None]
     probed = {link.address for link in links if link.process.listen_path in monitor._watched}

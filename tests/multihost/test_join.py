@@ -52,7 +52,7 @@ def test_processes_that_join_before_the_mesh_is_asked_for_wait_for_it() -> None:
     joined = threading.Event()
 
     def watch() -> None:  # the lobby is loop-thread state: look at it from there
-        if runtime.joins.waiting():
+        if runtime.children.joins.waiting():
             joined.set()
         elif early.poll() is None:
             runtime.loop.call_later(0.05, watch)
@@ -115,7 +115,7 @@ def test_a_peer_without_the_secret_cannot_join_even_with_a_well_formed_hello() -
 
 
 async def _lobby(runtime: Runtime) -> list[Joined]:
-    return runtime.joins.waiting()
+    return runtime.children.joins.waiting()
 
 
 def test_restarts_need_local_processes() -> None:

@@ -110,7 +110,7 @@ class _Request:
         for path, ranks, parts in frames:
             if self.resend is not None:
                 self.resend[path] = parts
-            if hold and runtime.relaunching(path):
+            if hold and runtime.children.relaunching(path):
                 held.append((path, ranks, parts))
                 conn: Connection | None = None
             else:
@@ -142,7 +142,7 @@ class _Request:
     def _hold(self, path: str, ranks: tuple[int, ...], parts: list[Any]) -> None:
         """Send to ``path`` once its restart is over (now, if it already is)."""
         resume = functools.partial(self._send_held, path, ranks, parts)
-        if not self.runtime.when_back(path, resume):
+        if not self.runtime.children.when_back(path, resume):
             self.runtime.call_soon(resume, None)
 
     def _send_held(
@@ -251,7 +251,8 @@ class _Request:
         if not lost:
             return False
         path = conn.peer
-        if self.resend is not None and path in self.resend and self.runtime.relaunching(path):
+        children = self.runtime.children
+        if self.resend is not None and path in self.resend and children.relaunching(path):
             # Idempotent: run it again on the restarted process rather than fail it.
             for rank in lost:
                 self.outstanding[rank] = None
@@ -753,9 +754,9 @@ class Adverbs:
             header = headers.Call(0, mesh_id, ranks, ep.name, None, port, self.mesh._message_view())
             if _otel.ACTIVE:
                 header = _otel.with_trace(header)  # the current span's, if any
-            if runtime.relaunching(path):
+            if runtime.children.relaunching(path):
                 later = functools.partial(_send_later, runtime, path, header, parts)
-                if runtime.when_back(path, later):
+                if runtime.children.when_back(path, later):
                     continue  # goes out when the restarted process is ready
             try:
                 outgoing.append((runtime.connection(path), ranks, header, parts))

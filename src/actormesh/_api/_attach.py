@@ -247,7 +247,7 @@ async def _connect(
     """
     attempts = await asyncio.gather(
         *(
-            runtime.attach_agent(
+            runtime.host_agents.attach_agent(
                 address, functools.partial(_dial, address, secret, take_over, controller, timeout)
             )
             for address in addresses
@@ -280,7 +280,7 @@ async def _connect(
 async def _close(runtime: Runtime, links: list[AgentLink]) -> None:
     """Let ``links``' agents go without ending anything (loop thread)."""
     for link in links:
-        runtime.let_go([link.process, *link.workers.values()])
+        runtime.children.let_go([link.process, *link.workers.values()])
         link.conn.close()
 
 
@@ -368,12 +368,12 @@ async def _adopt_workers(
             process = RelayedProcess(link, spec, address, int(worker["pid"]))
             if worker["alive"]:
                 link.workers[address] = process
-                runtime._own_relayed(process)
+                runtime.children.own_relayed(process)
                 found[address] = (process, None)
             else:
                 reason = f"process {process.pid} on {link.hostname} {worker['reason']}"
                 process.popen.returncode = 1
-                runtime._dead_paths[address] = reason
+                runtime.mark_dead(address, reason)
                 found[address] = (process, reason)
     return found
 

@@ -360,7 +360,7 @@ async def _start_on(
             [(s.key, s.rank, dict(s.env)) for s in specs], [s.command for s in specs]
         )
     workers = [WorkerSpec(s.key, s.rank, dict(s.env), s.command) for s in specs]
-    return list(await runtime.start_relayed(link, workers))
+    return list(await runtime.host_agents.start_relayed(link, workers))
 
 
 _THIS_HOST = _Hosts([None], LocalAllocator())
@@ -449,7 +449,7 @@ def attach_to_workers(
     async def attach() -> HostMesh:
         links = await asyncio.gather(
             *(
-                runtime.attach_agent(
+                runtime.host_agents.attach_agent(
                     dial,
                     functools.partial(
                         dial_agent, address, runtime.secret, trust_all=trust_all, timeout=timeout
@@ -535,7 +535,7 @@ def host_mesh(
     async def start() -> HostMesh:
         links: list[AgentLink] = await start_hosts(runtime, hosts)
         try:
-            await runtime.form_tree(links, k)
+            await runtime.host_agents.form_tree(links, k)
         except BaseException:
             await allocator.stop_hosts(runtime, links, 0.0)
             raise

@@ -89,7 +89,7 @@ def shutdown_context(host_timeout: float | None = None) -> Future[None]:
     runtime = Runtime.get()
 
     async def stop() -> None:
-        children = runtime.children()
+        children = runtime.children.owned()
         if children:
             await runtime.stop_processes(children, runtime.config.stop_grace)
 

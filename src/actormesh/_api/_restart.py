@@ -111,14 +111,14 @@ class Restarter:
         path = child.listen_path
         log.warning("restarting rank %s of process mesh '%s'", child.rank, self.processes.name)
         try:
-            new = await self.runtime.relaunch(child)
+            new = await self.runtime.children.relaunch(child)
         except Exception as error:
             self._failed(child, f"its new process did not start: {error}")
-            self.runtime.end_relaunch(path, error)
+            self.runtime.children.end_relaunch(path, error)
             return
         if self.processes.stopped:  # stopped while we were restarting
             await self.runtime.stop_processes([new], grace=0.0)
-            self.runtime.end_relaunch(path, ActorDiedError("the process mesh was stopped"))
+            self.runtime.children.end_relaunch(path, ActorDiedError("the process mesh was stopped"))
             return
         self.processes.children[self.processes.children.index(child)] = new
         self.runtime.record_event(
@@ -133,7 +133,7 @@ class Restarter:
         problems = await self._rebuild(path)
         if problems:
             self._failed(child, "; ".join(problems))
-        self.runtime.end_relaunch(path, None)
+        self.runtime.children.end_relaunch(path, None)
 
     def remember(self, mesh: ActorMesh[Any], spec: SpawnSpec) -> None:
         """Keep ``mesh``'s spawn to rebuild it after restarts (and forget stopped ones)."""
@@ -223,7 +223,7 @@ def install(runtime: Runtime, restarter: Restarter) -> None:
     """Let ``restarter`` decide for its processes when they die (loop thread or any)."""
     for child in restarter.processes.children:
         _RESTARTERS[child.listen_path] = restarter
-    runtime.relaunch_policy = _decide
+    runtime.children.relaunch_policy = _decide
 
 
 def _decide(child: ChildProcess) -> bool:

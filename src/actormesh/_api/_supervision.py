@@ -105,7 +105,7 @@ def install(runtime: Runtime) -> None:
         return
     _installed.add(id(runtime))
     runtime.failure_handler = _on_failure_frame
-    runtime.exit_listeners.append(_on_process_exit)
+    runtime.children.exit_listeners.append(_on_process_exit)
 
 
 def adopt(state: MeshState) -> None:
@@ -296,7 +296,7 @@ def _on_failure_frame(mesh_id: str, rank: int, endpoint: str, payload: memoryvie
 
 def _on_process_exit(child: ChildProcess, reason: str) -> None:
     runtime = Runtime.current()
-    if runtime is not None and runtime.relaunching(child.listen_path):
+    if runtime is not None and runtime.children.relaunching(child.listen_path):
         return  # the restart policy handles it; the owner hears only if it fails
     claimant = _CLAIMED.pop(child.listen_path, None)
     for state in all_states():

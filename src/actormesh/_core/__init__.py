@@ -16,6 +16,7 @@ from ._inspect import explain
 from ._limits import check_message_size
 from ._mailbox import CURRENT_MESSAGE, BuildOnLoop, EndpointKind, Hosted
 from ._metrics import record_metric
+from ._owner import NO_PROCESSES, ProcessOwner
 from ._reply_routes import ReplyRoute
 from ._runtime import CoreRuntime, ReplyHandler, new_event_loop
 from ._serialization import Pickler, dumps, dumps_arguments, loads
@@ -29,7 +30,9 @@ __all__ = [
     "Deferrals",
     "EndpointKind",
     "Hosted",
+    "NO_PROCESSES",
     "Pickler",
+    "ProcessOwner",
     "RECORDER",
     "ReplyHandler",
     "ReplyRoute",

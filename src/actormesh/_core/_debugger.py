@@ -5,7 +5,7 @@
 this stop alone, read and written by the stopped thread itself with blocking calls. The
 worker's event loop plays no part, so a stop inside an ``async`` endpoint (which blocks
 the loop) still talks; and since the owner knows the worker is at a breakpoint, its
-silence to heartbeats meanwhile is no death (see ``Runtime.debugging``).
+silence to heartbeats meanwhile is no death (see ``Children.debugging`` in ``_hosts``).
 
 The frames (``DEBUG``, session, op) + a pickled dict::
 

@@ -56,6 +56,7 @@ from . import _headers as hdr
 from ._dispatch import Handler, Table, dispatch, frame_table
 from ._event_loops import new_event_loop
 from ._hosting import Hosting
+from ._owner import NO_PROCESSES, ProcessOwner
 from ._reply_routes import ReplyRoute, ReplyRoutes
 
 __all__ = ["CoreRuntime", "FrameKindHandler", "ReplyHandler", "new_event_loop"]
@@ -86,10 +87,10 @@ def _local_only(host: str) -> bool:
 class CoreRuntime:
     """This process' runtime, without the processes it owns; see the module docstring.
 
-    The runtime every process uses is ``actormesh._hosts.Runtime``: this one plus the
-    worker processes it starts, watches and restarts (layer 3). The hooks below are where
-    that layer joins in: a worker's HELLO, a heartbeat's answer, a worker's connection
-    closing, and shutting the workers down.
+    The runtime every process uses is ``actormesh._hosts.Runtime``: this one with the
+    parts of layer 3 plugged in. What owning processes means (a worker's HELLO, a
+    heartbeat's answer, a worker's connection closing, shutting the workers down) it asks
+    of ``owner``, a ``ProcessOwner`` part (``_owner``); none by default.
     """
 
     _current: ClassVar[CoreRuntime | None] = None
@@ -153,25 +154,11 @@ class CoreRuntime:
         # A host agent in a tree of agents takes the gathered replies its child agents
         # send up (every REPLIES frame it receives), to merge them into its own.
         self.forward_replies: FrameKindHandler | None = None
+        # Who owns this process' processes (layer 3 plugs its part in; see _owner), and
+        # what else closes once the runtime has (the job event log).
+        self.owner: ProcessOwner = NO_PROCESSES
+        self.on_shutdown: list[Callable[[], None]] = []
         self._frames = self._frame_table()
-
-    # -- hooks of the layer that owns processes (see the class docstring) ----------------
-
-    def _handle_hello(self, conn: Connection, header: tuple[Any, ...]) -> None:
-        raise ValueError("a HELLO reached a process that owns no workers")
-
-    def _heartbeat_answered(self, peer: str) -> None:
-        """A worker at ``peer`` answered a heartbeat."""
-
-    def _child_connection_closed(self, conn: Connection, error: BaseException | None) -> bool:
-        """The connection of a worker of ours closed: True once that is taken care of."""
-        return False
-
-    def _owns_processes(self) -> bool:
-        return False
-
-    def _stop_children(self) -> None:
-        """Stop every worker this process started (at shutdown, off the loop thread)."""
 
     # -- construction -------------------------------------------------------------------
 
@@ -377,7 +364,7 @@ class CoreRuntime:
         """
         if secret == self.secret:
             return
-        if self._tcp_listeners or self._owns_processes():
+        if self._tcp_listeners or self.owner.owns_processes():
             raise ValueError(
                 "this process already uses another job secret (its workers or listeners "
                 "have it); set ACTORMESH_SECRET before the first mesh instead"
@@ -488,6 +475,25 @@ class CoreRuntime:
         conn = self._conns.get(path)
         return conn if conn is not None and not conn.closed else None
 
+    def connection_at(self, path: str) -> Connection | None:
+        """The connection ``path`` is known by, open or not (a worker's, once closed,
+        stays until its exit is handled: ``_hosts.Children``)."""
+        return self._conns.get(path)
+
+    def name_connection(self, path: str, conn: Connection) -> None:
+        """Know ``conn`` as the connection to ``path`` from now on (a worker's HELLO, a
+        process adopted, a worker behind an agent)."""
+        with self._conns_lock:
+            self._conns[path] = conn
+
+    def mark_dead(self, path: str, reason: str) -> None:
+        """The process at ``path`` is gone: dialling it raises ``ActorDiedError(reason)``."""
+        self._dead_paths[path] = reason
+
+    def revive(self, path: str) -> None:
+        """A process listens at ``path`` again (restarted, or adopted there)."""
+        self._dead_paths.pop(path, None)
+
     def adopt_owner(self, conn: Connection) -> None:
         """Make ``conn`` this process' owner's connection (a controller attached to a
         host agent's lease); only it may shut the process down from now on."""
@@ -563,10 +569,11 @@ class CoreRuntime:
             hdr.REPLY: self._handle_reply,
             hdr.REPLIES: self._handle_replies,
             hdr.FAILURE: self._handle_failure,
-            hdr.HELLO: header_only(self._handle_hello),
+            # (the owner is looked up per frame: it is plugged in after this table is made)
+            hdr.HELLO: lambda conn, header, parts: self.owner.hello(conn, header),
             hdr.SHUTDOWN: header_only(self._handle_shutdown),
             hdr.PING: header_only(self._handle_ping),
-            hdr.PONG: lambda conn, header, parts: self._heartbeat_answered(conn.peer),
+            hdr.PONG: lambda conn, header, parts: self.owner.answered(conn.peer),
             **self.hosting.handlers(),
         }
         return frame_table(hdr.LAYOUTS, handlers, self._other_kind)
@@ -654,12 +661,14 @@ class CoreRuntime:
             else:
                 self._exit_worker("the owner went away")
             return
-        if self._child_connection_closed(conn, error):
+        if self.owner.connection_closed(conn, error):
             return
         detail = f": {error}" if error else ""
-        self._fail_connection(conn, f"the connection to {conn.peer} was lost{detail}")
+        self.fail_connection(conn, f"the connection to {conn.peer} was lost{detail}")
 
-    def _fail_connection(self, conn: Connection, reason: str) -> None:
+    def fail_connection(self, conn: Connection, reason: str) -> None:
+        """Fail what waits on ``conn`` (``ReplyHandler.on_lost``), then tell
+        ``connection_lost``'s listeners."""
         for req_id, handler in list(self._pending.items()):
             try:
                 if handler.on_lost(conn, reason):
@@ -693,7 +702,7 @@ class CoreRuntime:
         """Stop every worker this process started and close the runtime (controller)."""
         if self.closed or self.inherited_by is not None:
             return  # (in a forked child, at its exit: the workers are the parent's)
-        self._stop_children()
+        self.owner.stop_all()
         self.closed = True
         self.routes.close()
         if self.loop.is_running() and not self.in_loop_thread():
@@ -704,6 +713,8 @@ class CoreRuntime:
         else:
             self._close_listener()
         self._stop_loop_thread()
+        for close in self.on_shutdown:
+            close()
 
     async def _close_listener_soon(self) -> None:
         self._close_listener()

@@ -121,7 +121,7 @@ class Agent:
         self.runtime = runtime
         # This host's workers listen where other hosts reach it (dual addresses).
         runtime.advertise = advertise
-        runtime.owner_decides_restarts = True
+        runtime.children.owner_decides_restarts = True
         runtime.event_source = "agent"  # an event log of this host's workers
         self.info = dict(info or {})  # what its HELLO said of this host
         self._owner = runtime.parent  # (a controller attaching to a lease replaces it)
@@ -132,7 +132,7 @@ class Agent:
         self._peers = Peers(runtime, self._peer_lost)
         # Its heartbeats to its child agents, when the controller leaves them to it.
         self._child_watch = ChildWatch(runtime.loop, self._peers.send, self._child_silent)
-        runtime.pong_listener = self._child_watch.answered
+        runtime.children.pong_listener = self._child_watch.answered
         # A job that outlives its controller (see _lease); None: the agent ends with it.
         self.lease: Lease | None = None
         runtime.frame_kinds[headers.HOST] = self._host
@@ -141,14 +141,14 @@ class Agent:
         runtime.frame_kinds[headers.TREE_CAST] = self._tree_cast
         runtime.frame_kinds[headers.ROUTE] = self._route
         runtime.forward_replies = self._replies_from_below
-        runtime.close_listeners.append(self._connection_closed)
+        runtime.children.close_listeners.append(self._connection_closed)
         # Bulk casts wait for their data (_bulk), and the frames for workers behind them.
         runtime.bulk.serve_casts(
             self._cast, (headers.RELAY, headers.CAST, headers.TREE_CAST, headers.ROUTE)
         )
         runtime.forward_reply = self._reply_from_worker
         runtime.failure_handler = self._failure_from_worker
-        runtime.exit_listeners.append(self._worker_exited)
+        runtime.children.exit_listeners.append(self._worker_exited)
         # Output the workers' pipes carry goes to the owner (PipeForwarder writes to sys).
         sys.stdout = _OwnerStream(self, "stdout")
         sys.stderr = _OwnerStream(self, "stderr")
@@ -221,7 +221,8 @@ class Agent:
 
     async def _relaunch(self, address: str) -> int:
         """Start a new worker in the place of the dead one at ``address``; its pid."""
-        new = await self.runtime.relaunch(self._workers[address])  # same address, same port
+        # Same address, same port.
+        new = await self.runtime.children.relaunch(self._workers[address])
         self._workers[new.listen_path] = new
         return new.pid
 

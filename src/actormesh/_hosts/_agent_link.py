@@ -242,7 +242,7 @@ class AgentLink:
         if self.tree is not None:
             # A leased agent detaches when this owner's heartbeats stop (_lease): in a
             # tree too it hears them from the owner itself, not from its parent agent.
-            self.runtime.probe_directly(self)
+            self.runtime.host_agents.probe_directly(self)
 
     def record(self, key: str, blob: bytes | None) -> None:
         """Write (``None``: remove) the mesh record ``key`` at the agent (any thread)."""

@@ -11,7 +11,7 @@ carries them.
 When an agent dies its position stays dead: its children are reached through its
 nearest live ancestor from then on (``_tree.live_parent``), and the calls that were
 under way through it toward its subtree are failed by the controller, naming it
-(``Runtime._tree_agent_lost``): nothing waits for a subtree whose relay is gone.
+(``Agents._tree_agent_lost``, ``_agents``): nothing waits for a subtree whose relay is gone.
 
 Liveness follows the tree too: the controller probes only the agents it reaches first
 (``on_top``), each interior agent probes its children (``watchers``, ``_child_watch``)

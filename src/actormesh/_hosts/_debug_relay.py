@@ -70,7 +70,7 @@ class DebugRelay:
         if op == "open" and sid not in self._down:
             address = str(loads(parts[1]).get("address", ""))
             self._down[sid] = (conn, address)
-            self.runtime.debugging(address, True)
+            self.runtime.children.debugging(address, True)
             self.runtime.register(SessionWatch(conn, lambda: self._ended(sid)))
         with contextlib.suppress(TransportClosed):
             owner.send(parts)
@@ -81,7 +81,7 @@ class DebugRelay:
         entry = self._down.pop(sid, None)
         if entry is None:
             return
-        self.runtime.debugging(entry[1], False)
+        self.runtime.children.debugging(entry[1], False)
         owner = self.runtime._parent
         if tell and owner is not None:
             header = headers.encode(headers.Debug(sid, "close"))

@@ -1,7 +1,7 @@
 """What allocators of remote processes share: waiting for joins, ordering, environments.
 
 Remote processes dial the controller and say HELLO; the runtime hands each one it did not
-start to the waiters registered with ``runtime.joins``. `JoinWait` is such a waiter: it
+start to the waiters registered with ``runtime.children.joins``. `JoinWait` is such a waiter: it
 collects the processes an allocator expects (by key, or any ``count`` of them) and lets
 the allocator await them with a timeout. Everything here runs on the runtime's loop.
 """
@@ -40,7 +40,7 @@ class JoinWait:
         self._accept = accept or (lambda joined: True)
         self.joined: list[Joined] = []
         self._full: asyncio.Event = asyncio.Event()
-        self._stop = runtime.joins.wait(self._take)
+        self._stop = runtime.children.joins.wait(self._take)
 
     def _take(self, joined: Joined) -> bool:
         if self._full.is_set() or not self._accept(joined):

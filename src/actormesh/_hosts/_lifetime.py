@@ -178,7 +178,7 @@ def serve(
     loop = new_event_loop(config)
     asyncio.set_event_loop(loop)
     # An owner on this host that lets other hosts call us made our TCP socket, and so our
-    # address, before we started (see Runtime.start_processes).
+    # address, before we started (see Children.start_processes).
     tcp_fd = os.environ.pop("ACTORMESH_TCP_FD", None)
     address = os.environ.pop("ACTORMESH_ADDRESS", None)
     runtime = Runtime.start_worker(

@@ -132,7 +132,7 @@ class ChildProcess:
         self.restarts = 0  # how many processes held this rank before this one
         self.env: dict[str, str] = {}  # what it was started with beyond our environment
         self.command: LaunchCommand | None = None  # how it was started, if not as usual
-        # Its TCP listening socket, made here and inherited (see Runtime.start_processes):
+        # Its TCP listening socket, made here and inherited (see Children.start_processes):
         # kept while the rank may be restarted, so a successor takes the same port.
         self.tcp_socket: socket.socket | None = None
         self._pidfd: int | None = None

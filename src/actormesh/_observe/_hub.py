@@ -119,7 +119,7 @@ class DebugHub:
     def _open(self, session: Session) -> None:
         self.sessions[session.sid] = session
         address = str(session.info.get("address", ""))
-        self.runtime.debugging(address, True)
+        self.runtime.children.debugging(address, True)
         self.runtime.register(SessionWatch(session.conn, lambda: self._lost(session.sid)))
         for watcher in list(self.watchers):
             watcher("opened", session.to_json())
@@ -142,7 +142,7 @@ class DebugHub:
     def _close(self, session: Session, why: str) -> None:
         if self.sessions.pop(session.sid, None) is None:
             return
-        self.runtime.debugging(str(session.info.get("address", "")), False)
+        self.runtime.children.debugging(str(session.info.get("address", "")), False)
         self._emit(session, "closed", {"why": why})
         session.sink = None
         for watcher in list(self.watchers):

@@ -85,7 +85,7 @@ class Meshes:
         return max(0.0, 100.0 * (cpu - last[1]) / (now - last[0]))
 
     def _process(self, path: str) -> tuple[int | None, str, int]:
-        child = self.runtime._children.get(path)
+        child = self.runtime.children.processes.get(path)
         if child is None:
             return None, self._host, 0
         return child.pid, str(getattr(child, "host", None) or self._host), child.restarts
@@ -172,7 +172,7 @@ async def _native(runtime: Any, paths: set[str], timeout: float) -> dict[str, di
     """py-spy's view of each process at ``paths`` that runs on this host."""
 
     async def one(path: str) -> dict[str, Any]:
-        child = runtime._children.get(path)
+        child = runtime.children.processes.get(path)
         wait = max(timeout, 10.0)
         link = getattr(child, "link", None)
         if link is not None:  # behind a host agent: py-spy runs there, on its host

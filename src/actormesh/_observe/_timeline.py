@@ -111,7 +111,7 @@ async def collect(
 
 
 def _host(runtime: Any, path: str) -> str:
-    child = runtime._children.get(path)
+    child = runtime.children.processes.get(path)
     return str(getattr(child, "host", None) or socket.gethostname())
 
 

@@ -1,0 +1,198 @@
+"""``Agents``: the host agents a runtime owns, as a part of their own.
+
+Each agent is an ``AgentLink`` (``_agent_link``) by its connection: adopted once it
+joined (``adopt_agent``), started on this host (``start_agents``) or dialled
+(``attach_agent``). The workers it starts are owned by ``Children`` like any other
+(``start_relayed``); its ``EVENT`` frames (a worker's exit, output, a silent child agent)
+are heard here. A host mesh of more agents than its fan-out makes them a tree
+(``form_tree``, ``_cast_tree``): heartbeats follow the tree, and the death of an
+interior agent fails what waited on the hosts below it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import socket
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._core import headers, loads
+from .._transport import Connection, connect_address
+from ._agent_link import AgentLink, RelayedProcess, WorkerSpec
+from ._cast_tree import CastTree
+from ._children import Children
+from ._joining import JoinWait
+from ._process import ChildProcess, launch_agent
+from ._remote import Joined, RemoteProcess
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
+__all__ = ["Agents"]
+
+
+class Agents:
+    """The host agents of one runtime, by their connection (see the module docstring)."""
+
+    def __init__(self, runtime: Runtime, children: Children) -> None:
+        self.runtime = runtime
+        self.children = children
+        self.loop = runtime.loop
+        self.links: dict[Connection, AgentLink] = {}
+        self._agent_ids = itertools.count()
+        runtime.frame_kinds[headers.EVENT] = self._on_agent_event
+        children.agents = self
+
+    def agent_exited(self, process: RemoteProcess, how: str) -> None:
+        """``process`` died (loop thread); a host agent's workers went with it."""
+        link = self.links.pop(process.conn, None)
+        if link is not None:  # a host agent: its workers went with it
+            link.lost(how)
+            if link.tree is not None:
+                self._tree_agent_lost(link, how)
+
+    def adopt_agent(self, joined: Joined, kill: Callable[[], None] | None = None) -> AgentLink:
+        """Own a host agent that joined (loop thread); its heartbeats are watched."""
+        process = self.children.adopt(joined, rank=-1, kill=kill)
+        link = AgentLink(self.runtime, process, dict(joined.info))
+        self.links[joined.conn] = link
+        return link
+
+    async def start_agents(self, count: int) -> list[AgentLink]:
+        """Start ``count`` host agents on this host and own them (loop thread).
+
+        Each is a child of this process that joins it over loopback TCP, as an agent on
+        another host would, and then starts, watches and relays to its own workers; it
+        dies with this process. On failure every agent started here is killed.
+        """
+        address = self.runtime.listen_tcp("127.0.0.1")
+        keys = [f"agent-{os.getpid()}-{next(self._agent_ids)}" for _ in range(count)]
+        waiting = JoinWait(self.runtime, count, accept=lambda joined: joined.key in keys)
+        started = []
+        try:
+            for key in keys:
+                started.append(launch_agent(key, address, self.runtime.secret))
+            joined = await waiting.wait(self.runtime.config.spawn_timeout, f"at {address}")
+        except BaseException:
+            waiting.close()
+            for popen in started:
+                popen.kill()
+            raise
+        by_key = {j.key: j for j in joined}
+        return [self.adopt_agent(by_key[k], kill=p.kill) for k, p in zip(keys, started)]
+
+    async def attach_agent(
+        self, address: str, dial: Callable[[], socket.socket] | None = None
+    ) -> AgentLink:
+        """Dial a host agent waiting at ``address`` (``tcp://``), prove the job's secret,
+        and own it once it says HELLO (loop thread).
+
+        ``dial``: how to connect instead (a blocking call, run on a thread), for the
+        forms of address and handshakes of Monarch's worker loops (``_agent.dial_agent``).
+        """
+        connect = dial or (lambda: connect_address(address, secret=self.runtime.secret))
+        sock = await asyncio.to_thread(connect)
+        conn = self.runtime._new_connection(sock, peer=address, same_host=False)
+        self.children.attaching.add(conn)
+        hello: asyncio.Future[Joined] = self.loop.create_future()
+
+        def take(joined: Joined) -> bool:
+            if joined.conn is not conn or hello.done():
+                return False
+            hello.set_result(joined)
+            return True
+
+        stop = self.children.joins.wait(take)
+        conn.start()
+        try:
+            joined = await asyncio.wait_for(hello, self.runtime.config.spawn_timeout)
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            stop()
+            self.children.attaching.discard(conn)
+        return self.adopt_agent(joined)
+
+    async def start_relayed(
+        self, link: AgentLink, specs: Sequence[WorkerSpec]
+    ) -> list[RelayedProcess]:
+        """Have ``link``'s agent start one worker per spec; they are ours from then on."""
+        processes = await link.spawn(specs)
+        for process in processes:
+            self.children.own_relayed(process)
+        return processes
+
+    def _on_agent_event(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
+        link = self.links.get(conn)
+        if link is None:
+            raise ValueError(f"an EVENT from {conn.peer}, which is no host agent of ours")
+        what, address = headers.read(headers.Event, header)
+        if what == "agent_silent" and link.tree is not None:
+            # A parent agent's heartbeats found its child silent (_child_watch).
+            silent = link.tree.link_at(address)
+            if silent is not None and silent.process.alive():
+                self.children.declare_dead(silent.process, str(loads(parts[1])["note"]))
+            return
+        link.on_event(what, address, loads(parts[1]))
+
+    async def form_tree(self, links: Sequence[AgentLink], k: int) -> CastTree | None:
+        """Make ``links`` (a host mesh's agents, in its order) a tree of fan-out ``k``
+        when there are more than ``k`` (``_cast_tree``); None: one level is enough."""
+        if len(links) <= k:
+            return None
+        addresses = await asyncio.gather(*(link.listen_for_peers() for link in links))
+        tree = CastTree(links, k, addresses)
+        self._watch_tree(tree)
+        return tree
+
+    def _watch_tree(self, tree: CastTree, adopted: Sequence[AgentLink] = ()) -> None:
+        """Probe only the agents that hang under this process in ``tree`` (``adopted``:
+        agents that may have come up to it, not probed by it yet); have each interior
+        agent probe its own children (``_child_watch``)."""
+        config = self.runtime.config
+        for link, children in tree.watchers():
+            if link is not None:
+                addresses = [tree.address(child) for child in children]
+                link.watch(addresses, config.heartbeat_interval, config.heartbeat_timeout)
+        monitor = self.children.monitor()
+        for link in tree.links:
+            if not tree.on_top(link) and not link.leased:
+                monitor.untrack(link.process)
+            elif any(link is other for other in adopted) and link.process.alive():
+                monitor.track(link.process)
+
+    def probe_directly(self, link: AgentLink) -> None:
+        """Probe ``link``'s agent with this process' own heartbeats, whatever tree it is in
+        (a leased agent's: see ``AgentLink.hold``)."""
+        if link.process.alive():
+            self.children.monitor().track(link.process)
+
+    def _tree_agent_lost(self, link: AgentLink, how: str) -> None:
+        """An agent of a tree died (loop thread): calls under way to the hosts below it
+        fail, naming it (their frames and replies went through it), and the agents above
+        it hang up on it (a cut link would leave them waiting)."""
+        assert link.tree is not None
+        below, above = link.tree.lost(link)
+        reason = f"the host agent on {link.where}, which relays to this host, is gone: {how}"
+        for other in below:
+            for path in list(other.workers):
+                conn = self.runtime.connection_at(path)
+                if conn is not None:
+                    self.runtime.fail_connection(conn, reason)
+        address = link.tree.address(link)
+        for other in above:
+            other.forget_peer(address)
+        self._watch_tree(link.tree, below)  # its children have another parent now
+
+    def leased(self, child: ChildProcess) -> bool:
+        """True for a host agent holding a lease, and for the workers it started: they
+        outlive this owner."""
+        link = child.link if isinstance(child, RelayedProcess) else None
+        if isinstance(child, RemoteProcess):
+            link = self.links.get(child.conn)
+        return link is not None and link.leased
