@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import operator
 import os
+import re
 import select
 import signal
 import socket
@@ -199,6 +200,21 @@ def test_a_remote_rank_is_restarted_in_place(hosts: HostMesh, failures: Failures
         assert after[1]["pid"] != before[1]["pid"]
         assert mesh.slice(hosts=1).restarts.call_one().get(timeout=30) == 1
     assert failures.seen == []  # a restart within budget is nobody's failure
+
+
+def test_a_remote_rank_that_exits_is_named_once_with_its_host(
+    hosts: HostMesh, failures: Failures
+) -> None:
+    with hosts.slice(hosts=1).spawn_procs(per_host={"gpus": 1}) as procs:
+        mesh = procs.spawn("mortal", Where)
+        pid = mesh.where.call_one().get(timeout=30)["pid"]
+        with pytest.raises(ActorDiedError) as raised:
+            mesh.crash.call_one(3).get(timeout=30)
+    # The agent's words for the exit, under the owner's name for the process (once).
+    assert re.search(
+        rf"process {pid} \(rank 0\) on \S+ \([\d.]+\) exited with code 3", str(raised.value)
+    )
+    assert str(raised.value).count(f"process {pid}") == 1, str(raised.value)
 
 
 def test_killing_an_agent_kills_its_ranks_with_an_error_naming_the_host(

@@ -118,6 +118,9 @@ class RelayedProcess(ChildProcess):
             return
         status.returncode = code if code is not None else 1
         if self.death_note is None:
+            # The agent says "process P (rank R) exited ...": the owner names the process
+            # itself, so only the how is kept.
+            how = how.removeprefix(f"process {self.pid} (rank {self.rank}) ")
             self.death_note = f"on {self.link.where} {how}"
         if self._on_exit is not None:
             self._on_exit(self)
