@@ -273,3 +273,14 @@ def test_broadcasts_that_never_ran_because_of_a_stop_are_no_failures(
     procs.stop().get(timeout=30)
     assert failures == []
     assert "unhandled failure" not in capfd.readouterr().err
+
+
+def test_a_call_whose_endpoint_ends_its_actor_is_reported_as_ended(
+    procs: ProcMesh, failures: list[actormesh.Failure]
+) -> None:
+    workers = procs.spawn("ending", Worker)
+    with pytest.raises(actormesh.ActorFailedError):
+        workers.slice(gpus=1).die.call_one("raise-systemexit").get(timeout=30)
+    wait_until(lambda: len(failures) == 1, 10, "the failure")
+    # Not a "broadcast": a call_one ended the actor (SystemExit ends it, as in Monarch).
+    assert (failures[0].mesh, failures[0].ranks, failures[0].kind) == ("ending", (1,), "ended")

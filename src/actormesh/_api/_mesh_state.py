@@ -27,9 +27,11 @@ __all__ = [
 
 # Failure kinds after which the ranks are gone for good (not restarted): a process died;
 # an actor's ``__init__`` raised ("init");
-# an endpoint raised with no caller to answer ("broadcast"), or an owner did not handle a
-# failure of a mesh it owns ("unhandled"), after which, as in Monarch, the actor is dropped.
-DEATHS = frozenset({"died", "restart_failed", "broadcast", "unhandled", "init"})
+# an endpoint raised with no caller to answer ("broadcast"), an endpoint ended its actor
+# (a ``BaseException``, ``abort()``, or raising past its response port: "ended"), or an
+# owner did not handle a failure of a mesh it owns ("unhandled"), after which, as in
+# Monarch, the actor is dropped.
+DEATHS = frozenset({"died", "restart_failed", "broadcast", "ended", "unhandled", "init"})
 
 _LATENCY_WINDOW = 1024
 # Monarch's ``stop()`` reason when none is given; errors do not repeat it.
@@ -44,7 +46,8 @@ class Failure:
     Attributes:
         mesh: name of the mesh.
         ranks: root ranks affected.
-        kind: "died", "broadcast" (an endpoint called with broadcast raised), ...
+        kind: "died", "broadcast" (an endpoint called with broadcast raised), "ended" (an
+            endpoint ended its actor), ...
         error: the exception describing it.
         actor: the (first) failed actor's qualified name, as Monarch writes it
             (``<root>.<train.Trainer trainer{'gpus': 0/2}>``), when known.

@@ -47,7 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core import error_from_payload, error_payload
-from .._exceptions import ActorDiedError, SupervisionError
+from .._exceptions import ActorDiedError, ActorFailedError, SupervisionError
 from .._hosts import ChildProcess, Runtime
 from ._actor import point_of
 from ._context import current_actor, qualified_name
@@ -279,6 +279,8 @@ class _Supervise:
 def _on_failure_frame(mesh_id: str, rank: int, endpoint: str, payload: memoryview) -> None:
     error = error_from_payload(payload)
     kind = "unhandled" if endpoint == _HOOK else "broadcast"
+    if kind == "broadcast" and isinstance(error, ActorFailedError):
+        kind = "ended"  # whatever the call was, the endpoint ended its actor
     state = next((s for s in all_states() if s.mesh_id == mesh_id), None)
     if state is None:
         print(f"actormesh: {kind} failure of endpoint '{endpoint}': {error}", file=sys.stderr)
