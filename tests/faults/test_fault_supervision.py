@@ -45,6 +45,24 @@ def test_the_controller_hears_of_a_death_once_per_mesh(
     assert len(failures) == 2  # never reported again
 
 
+def test_a_death_is_not_reported_for_a_rank_whose_init_had_failed(
+    procs: ProcMesh, failures: list[actormesh.Failure]
+) -> None:
+    half = procs.spawn("half", FailingInit, 1)
+    with pytest.raises(RuntimeError, match="rank 1 refuses to start"):
+        half.initialized.get(timeout=30)
+    first = procs.spawn("first", Worker)
+    wait_until(lambda: len(failures) == 1, 10, "the init failure")
+    pid = first.slice(gpus=1).pid.call_one().get(timeout=10)
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: len(failures) == 2, 10, "the death")
+    # 'half' had no actor on the process that died: its owner heard of rank 1 once.
+    assert [(f.mesh, f.ranks, f.kind) for f in failures] == [
+        ("half", (1,), "init"),
+        ("first", (1,), "died"),
+    ]
+
+
 def test_an_owning_actor_handles_the_failures_of_its_meshes(
     procs: ProcMesh, failures: list[actormesh.Failure]
 ) -> None:

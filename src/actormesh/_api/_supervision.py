@@ -309,7 +309,9 @@ def _on_process_exit(child: ChildProcess, reason: str) -> None:
             continue
         for rank in ranks:
             state.dead.setdefault(rank, reason)
-        if claimant is not None:
+        # Ranks whose __init__ failed held no actor: their owner heard of them already.
+        ranks = tuple(rank for rank in ranks if rank not in state.init_errors)
+        if claimant is not None or not ranks:
             continue
         error = ActorDiedError(
             f"the process of actor(s) {list(ranks)} of mesh '{state.name}' died: {reason}",
