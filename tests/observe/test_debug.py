@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
 from observe_support import ACTORMESH, Terminal
 
 HEARTBEAT_TIMEOUT_S = 1.0
@@ -29,8 +30,15 @@ def continue_and_read(term: Terminal) -> str:
     return re.sub(notice, "", after)
 
 
-def test_a_breakpoint_opens_pdb_in_the_controllers_terminal(job_factory) -> None:
-    job = job_factory("breakpoint", 2, "1", terminal=True)
+@pytest.mark.parametrize(
+    "inherited",
+    [{}, {"PYTHONBREAKPOINT": "ray.util.rpdb._driver_set_trace"}],
+    ids=["plain", "after-ray-init"],  # ray.init() in the controller sets that
+)
+def test_a_breakpoint_opens_pdb_in_the_controllers_terminal(
+    job_factory, inherited: dict[str, str]
+) -> None:
+    job = job_factory("breakpoint", 2, "1", terminal=True, env=inherited)
     term = job.terminal
     term.expect(r"actormesh: trainer \{gpus=1\} \(rank 1, pid \d+ on \S+\) stopped at ")
     term.expect(r"observe_actors.py:4[67] in inspect")  # the breakpoint() line, or the next

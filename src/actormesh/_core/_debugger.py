@@ -51,13 +51,21 @@ def paused() -> dict[tuple[str, int], dict[str, Any]]:
     return dict(_PAUSED)
 
 
+# What ``ray.init()`` puts in ``PYTHONBREAKPOINT`` (``ray.util.rpdb.set_trace`` or
+# ``..._driver_set_trace``).
+_RAYS_DEBUGGER = "ray.util.rpdb."
+
+
 def install() -> None:
     """Make ``breakpoint()`` in this worker open a session with the owner.
 
     ``PYTHONBREAKPOINT`` keeps its meaning: ``0`` turns breakpoints off and any other
-    value picks that debugger (the default hook honours both).
+    value picks that debugger (the default hook honours both). Except Ray's: ``ray.init()``
+    sets it in the process that calls it (a controller that also uses Ray), and this
+    worker would inherit a debugger that works only in Ray's own processes.
     """
-    if os.environ.get("PYTHONBREAKPOINT"):
+    chosen = os.environ.get("PYTHONBREAKPOINT", "")
+    if chosen and not chosen.startswith(_RAYS_DEBUGGER):
         return
     sys.breakpointhook = _breakpointhook
 
