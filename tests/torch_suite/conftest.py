@@ -107,9 +107,7 @@ FAST: list[str] = [
     "DistAutogradTest.test_backward_node_failure",
     "TensorPipeAgentDistAutogradTest.test_backward_simple_sparse",
     "DistAutogradTest.test_post_hooks",
-    # (DdpComparisonTest.test_ddp_comparison runs in the full selection only: about one
-    # run in eight hangs at its end, in the process group's teardown; docs/rpc.md, "Flaky
-    # here". tests/rpc's ddp_rpc program checks DDP's averaged gradients against torch.)
+    "DdpComparisonTest.test_ddp_comparison",
     "DdpComparisonTest.test_ddp_dist_autograd_sparse_grads",
     "DdpComparisonTest.test_ddp_dist_autograd_local_vs_remote",
     "DdpUnderDistAutogradTest.test_backward_ddp_inside",

@@ -14,6 +14,9 @@ runs in ``world_size`` fresh processes. What differs is the agent:
 - ``ACTORMESH_TORCH_SUITE_BACKEND=torch``: torch itself, with torch's own TensorPipe
   fixture from the wheel (the control run).
 
+Ranks of both backends keep the process groups they create until their test method has
+returned (``torch_suite_groups``: a deadlock of torch's own in DDP's teardown otherwise).
+
 The controlling pytest process never installs the alias: it only spawns ranks and waits.
 A rank knows it is one by ``RANK_ENV``, set while the controller starts the ranks. Tests
 that are inherently about something actormesh does not have (TorchScript, CUDA and device
@@ -59,6 +62,13 @@ if os.environ.get(RANK_ENV) == "actormesh":
     import torch_suite_alias
 
     torch_suite_alias.install()
+
+import torch_suite_groups  # noqa: E402
+
+if os.environ.get(RANK_ENV):
+    # Both backends: ranks keep the process groups they make until their test method has
+    # returned, past a deadlock of torch's in DDP's teardown (see torch_suite_groups).
+    torch_suite_groups.install()
 
 import torch.distributed.rpc as rpc  # noqa: E402 (after the alias, on purpose)
 from torch.testing._internal.common_distributed import MultiProcessTestCase  # noqa: E402
@@ -280,6 +290,14 @@ class SpawnRanks(MultiProcessTestCase):
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+
+    def run_test(self, test_name: str, parent_pipe: Any) -> None:
+        # In a rank: the test method, then the process groups it made are let go of from
+        # Python (torch_suite_groups), with the GIL released while gloo's workers finish.
+        try:
+            super().run_test(test_name, parent_pipe)
+        finally:
+            torch_suite_groups.release()
 
     def tearDown(self) -> None:
         processes = list(self.processes)
