@@ -296,6 +296,7 @@ def test_start_worker_loop_forever_ends_its_process_with_the_host_mesh(tmp_path:
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stderr[-3000:]
     assert "SERVED True" in lines  # the worker loop runs in a process of its own
+    assert "RuntimeWarning" not in done.stderr, done.stderr  # (runpy's, on every session)
     assert "HANDLER_KEPT True" in lines  # and leaves this one's signal handlers alone
     assert "SIGTERM_HANDLED" in lines
     assert "DID_NOT_EXIT" not in lines

@@ -219,3 +219,25 @@ def test_a_weight_sync_leaves_its_version_in_the_log(tmp_path: Path) -> None:
     assert event["mesh"] == "generator"
     assert json.loads(str(event["data"]))["version"] == 3
     assert event["message"] == "weights v3 synced from 'trainer'"
+
+
+@pytest.mark.timeout(60)
+def test_the_command_ends_quietly_when_its_reader_has_gone() -> None:
+    # ``actormesh log --list | head -1``: the reader leaves before the listing is out.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "actormesh", "log", "--list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    errors = proc.stderr.read().decode()
+    assert (proc.wait(timeout=50), errors) == (0, "")
+
+
+@pytest.mark.timeout(60)
+def test_python_dash_m_actormesh_is_the_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "actormesh", "--help"], capture_output=True, text=True, timeout=50
+    )
+    assert done.returncode == 0 and done.stdout.startswith("usage: actormesh "), done.stderr

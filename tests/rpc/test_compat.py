@@ -124,7 +124,7 @@ def test_remote_exceptions_keep_their_type_message_and_remote_traceback(
 def test_per_call_and_default_timeouts_raise_runtime_errors_quickly(
     contract: dict[str, Any],
 ) -> None:
-    assert contract["call_timeout"] == [True, True]
+    assert contract["call_timeout"] == [True, True, True]
     assert contract["default_timeout"] is True
     assert contract["timeout_default_value"] == 60.0
     assert contract["to_here_timeout"] is True

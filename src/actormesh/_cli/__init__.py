@@ -21,6 +21,7 @@ Jobs are found through the per-user registry (``actormesh._observe._registry``);
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -80,6 +81,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``actormesh`` command line; returns the exit status."""
+    try:
+        status = _run(argv)
+        sys.stdout.flush()  # here, where a reader that went away is caught
+        return status
+    except BrokenPipeError:
+        # The reader went away (``actormesh jobs | head -1``): end quietly, as Unix tools
+        # do; stdout goes nowhere, so flushing it at exit does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("worker", "host"):
         return _join.run(args)

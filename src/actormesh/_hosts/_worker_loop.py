@@ -129,7 +129,7 @@ def _serve_one(sock: socket.socket, owner: str, advertise: str, secret: str) -> 
     }
     try:
         session = subprocess.Popen(
-            [sys.executable, "-m", "actormesh._hosts._worker_loop"],
+            [sys.executable, "-m", "actormesh._hosts._worker_loop_main"],
             env=env,
             pass_fds=(sock.fileno(), retired_w),
         )
@@ -150,12 +150,8 @@ def _serve_one(sock: socket.socket, owner: str, advertise: str, secret: str) -> 
 
 
 def main() -> None:
-    """``python -m actormesh._hosts._worker_loop``: one session of a worker loop."""
+    """One session of a worker loop (``python -m actormesh._hosts._worker_loop_main``)."""
     sock = socket.socket(fileno=int(os.environ.pop(_OWNER_FD_ENV)))
     owner = os.environ.pop(_OWNER_ENV)
     advertise = os.environ.pop(_ADVERTISE_ENV) or None
     serve_in_session(owner, advertise, sock)
-
-
-if __name__ == "__main__":
-    main()

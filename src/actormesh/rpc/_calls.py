@@ -107,7 +107,7 @@ class Call:
         self.finish(
             False,
             RpcTimeoutError(
-                f"RPC ran for more than set timeout ({ms} ms) and will now be marked with "
+                f"RPCErr:1:RPC ran for more than set timeout ({ms} ms) and will now be marked with "
                 f"an error: {self.what}"
             ),
         )
