@@ -40,6 +40,7 @@ LAYERS: dict[str, float] = {
     "torch": 5,
     "testing": 5,
     "_cli": 5,
+    "__main__": 5,  # ``python -m actormesh``: the command line's entry point
 }
 # actormesh/__init__.py re-exports the actor API, so it sits just above layer 4: it may
 # import layers <= 4, and only layer 5 may import it (anything lower would be a cycle).
