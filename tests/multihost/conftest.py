@@ -12,13 +12,12 @@ that workers, wherever they run, import them by name.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 
 import pytest
-from multihost_support import HERE
+from multihost_support import HERE, namespaces_or_skip
 
-from actormesh.testing import Network, namespace_hosts
+from actormesh.testing import Network
 
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p
@@ -28,14 +27,4 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 @pytest.fixture(scope="module")
 def network() -> Iterator[Network]:
     """Three namespaces on a bridge with this namespace (see ``actormesh.testing``)."""
-    if shutil.which("ip") is None:
-        pytest.skip("multi-host tests need the ip command (iproute2) for network namespaces")
-    try:
-        hosts = namespace_hosts(3)
-        network = hosts.__enter__()
-    except PermissionError as error:
-        pytest.skip(f"multi-host tests need 'ip netns' (root): {error}")
-    try:
-        yield network
-    finally:
-        hosts.__exit__(None, None, None)
+    yield from namespaces_or_skip(3)

@@ -16,7 +16,6 @@ import json
 import operator
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -28,14 +27,13 @@ from typing import Any
 
 import pytest
 from multihost_actors import Where
-from multihost_support import HERE, Network, ip
+from multihost_support import HERE, Network, ip, namespaces_or_skip
 
 from actormesh import ActorDiedError, ActorMesh, HostMesh, host_mesh
 from actormesh._api import _adverbs
 from actormesh._core import headers
 from actormesh._hosts import Runtime
 from actormesh.allocators import ExternalAllocator
-from actormesh.testing import namespace_hosts
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -53,17 +51,7 @@ BEAT = {
 
 @pytest.fixture(scope="module")
 def network() -> Iterator[Network]:
-    if shutil.which("ip") is None:
-        pytest.skip("multi-host tests need the ip command (iproute2) for network namespaces")
-    try:
-        hosts = namespace_hosts(HOSTS)
-        network = hosts.__enter__()
-    except PermissionError as error:
-        pytest.skip(f"multi-host tests need 'ip netns' (root): {error}")
-    try:
-        yield network
-    finally:
-        hosts.__exit__(None, None, None)
+    yield from namespaces_or_skip(HOSTS)
 
 
 def _tree_on(network: Network) -> tuple[HostMesh, list[subprocess.Popen[str]]]:

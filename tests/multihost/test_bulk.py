@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,14 +21,14 @@ from typing import Any
 import numpy as np
 import pytest
 from multihost_actors import Keeper
-from multihost_support import Network
+from multihost_support import Network, namespaces_or_skip
 
 import actormesh
 from actormesh import ActorDiedError, ActorMesh, HostMesh, ProcMesh, host_mesh
 from actormesh._core import headers
 from actormesh._hosts import Runtime
 from actormesh.allocators import ExternalAllocator
-from actormesh.testing import namespace_hosts, wait_until
+from actormesh.testing import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -39,17 +38,7 @@ MIB = 1 << 20
 @pytest.fixture(scope="module")
 def network() -> Iterator[Network]:
     """Four namespaces whose every link runs at 50 Mbit/s (a shadow of conftest's)."""
-    if shutil.which("ip") is None or shutil.which("tc") is None:
-        pytest.skip("bulk tests need the ip and tc commands (iproute2)")
-    try:
-        hosts = namespace_hosts(4, rate="50mbit")
-        network = hosts.__enter__()
-    except PermissionError as error:
-        pytest.skip(f"multi-host tests need 'ip netns' (root): {error}")
-    try:
-        yield network
-    finally:
-        hosts.__exit__(None, None, None)
+    yield from namespaces_or_skip(4, rate="50mbit")
 
 
 @pytest.fixture
