@@ -123,9 +123,10 @@ class _Request:
                     conn = None
                 else:
                     ready.append((path, conn, ranks, parts))
-            # (Per frame, not per rank: a cast to thousands of hosts has a rank per actor.)
-            self.outstanding.update(dict.fromkeys(ranks, conn))
-            self.started.update(dict.fromkeys(ranks, self._start(ranks)))
+            started = self._start(ranks)  # once per frame: one lock, one clock read
+            for rank in ranks:
+                self.outstanding[rank] = conn
+                self.started[rank] = started
         self.req_id = runtime.register(self)
         route = self.route
         outgoing = [
