@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Actor", "SpawnSpec", "endpoint_table", "missing_endpoint", "point_of"]
 
-log = logging.getLogger("actormesh.actor")
-
 
 def _print_failure(what: str) -> None:
     """Write the exception being handled to stderr, after ``what`` failed while an actor
