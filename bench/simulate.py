@@ -33,6 +33,7 @@ import argparse
 import dataclasses
 import inspect
 import json
+import operator
 import os
 import statistics
 import subprocess
@@ -163,30 +164,24 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     result["gathered"] = len(first)
     result["gathered_ranks_ok"] = sorted(first.values()) == list(range(actors))
 
-    # Casts: controller CPU (calling thread + loop thread), agents' CPU, wall.
+    # Casts: controller CPU (calling thread + loop thread), agents' CPU, wall: a call
+    # that gathers every value, a reducing call, and a broadcast (nothing comes back).
     mesh.echo.call(1).get(timeout=args.spawn_timeout)  # warm
-    rows = []
-    for i in range(_casts_for(hosts_count, per_host * args.actors_per_proc, args.casts)):
-        main0, loop0 = time.thread_time(), _thread_cpu(loop_ident)
-        agents0 = _thread_cpu(agents.ident)
-        wall0 = time.perf_counter()
-        values = mesh.echo.call(i).get(timeout=args.spawn_timeout)
-        wall = time.perf_counter() - wall0
-        rows.append(
-            (
-                wall,
-                time.thread_time() - main0,
-                _thread_cpu(loop_ident) - loop0,
-                _thread_cpu(agents.ident) - agents0,
-            )
-        )
-        assert len(values) == actors
-    result["casts_timed"] = len(rows)
-    result["cast_wall_ms"] = statistics.median(r[0] for r in rows) * 1e3
-    result["cast_cpu_caller_us"] = statistics.median(r[1] for r in rows) * 1e6
-    result["cast_cpu_loop_us"] = statistics.median(r[2] for r in rows) * 1e6
-    result["cast_cpu_controller_us"] = statistics.median(r[1] + r[2] for r in rows) * 1e6
-    result["cast_cpu_agents_us"] = statistics.median(r[3] for r in rows) * 1e6
+    count = _casts_for(hosts_count, per_host * args.actors_per_proc, args.casts)
+    clocks = (loop_ident, agents.ident)
+
+    def gather(i: int) -> None:
+        assert len(mesh.echo.call(i).get(timeout=args.spawn_timeout)) == actors
+
+    total = sum(range(actors))
+
+    def reduce(i: int) -> None:
+        assert mesh.echo.reduce(operator.add)(i).get(timeout=args.spawn_timeout) == total
+
+    result.update(_timed("cast", gather, count, clocks))
+    result.update(_timed("reduce", reduce, count, clocks))
+    result.update(_timed("broadcast", mesh.echo.broadcast, count, clocks))
+    mesh.echo.call(0).get(timeout=args.spawn_timeout)  # (the broadcasts are through)
     tally.on = True
     counted = mesh.echo.call(2).get(timeout=args.spawn_timeout)
     tally.on = False
@@ -216,6 +211,36 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         result["shutdown_hosts_s"] = time.perf_counter() - started
     sys.stdout.flush()
     return result
+
+
+def _timed(name: str, cast: Any, count: int, clocks: tuple[int, int]) -> dict[str, float | int]:
+    """``cast(i)`` ``count`` times: the medians of its wall time and of the CPU the
+    calling thread, the controller's loop thread and the simulated agents' spent on it
+    (thread CPU clocks), as ``<name>_wall_ms``, ``<name>_cpu_caller_us``, ... ."""
+    loop_ident, agents_ident = clocks
+    rows = []
+    for i in range(count):
+        main0, loop0 = time.thread_time(), _thread_cpu(loop_ident)
+        agents0 = _thread_cpu(agents_ident)
+        wall0 = time.perf_counter()
+        cast(i)
+        wall = time.perf_counter() - wall0
+        rows.append(
+            (
+                wall,
+                time.thread_time() - main0,
+                _thread_cpu(loop_ident) - loop0,
+                _thread_cpu(agents_ident) - agents0,
+            )
+        )
+    return {
+        f"{name}s_timed": len(rows),
+        f"{name}_wall_ms": statistics.median(r[0] for r in rows) * 1e3,
+        f"{name}_cpu_caller_us": statistics.median(r[1] for r in rows) * 1e6,
+        f"{name}_cpu_loop_us": statistics.median(r[2] for r in rows) * 1e6,
+        f"{name}_cpu_controller_us": statistics.median(r[1] + r[2] for r in rows) * 1e6,
+        f"{name}_cpu_agents_us": statistics.median(r[3] for r in rows) * 1e6,
+    }
 
 
 def _slice_cast(args: argparse.Namespace, mesh: Any, sim: Any, count: int) -> dict[str, Any]:
@@ -352,6 +377,10 @@ ROWS = [
     ("controller CPU per cast less heartbeats, µs", "cast_cpu_net_us", "{:,.0f}"),
     ("  per host, µs", "cpu_per_host_us", "{:,.1f}"),
     ("simulated agents' CPU per cast, µs", "cast_cpu_agents_us", "{:,.0f}"),
+    ("controller CPU per reducing call, µs (caller + loop)", "reduce_cpu_controller_us", "{:,.0f}"),
+    ("  of which the calling thread, µs", "reduce_cpu_caller_us", "{:,.0f}"),
+    ("reducing call wall, ms (median)", "reduce_wall_ms", "{:,.1f}"),
+    ("controller CPU per broadcast, µs (caller + loop)", "broadcast_cpu_controller_us", "{:,.0f}"),
     ("call + gather wall, ms (median)", "cast_wall_ms", "{:,.1f}"),
     ("bytes sent for a cast to all hosts but one (a slice)", "slice_cast_bytes", "{:,.0f}"),
     ("  calling thread's CPU for it, µs", "slice_cast_caller_cpu_us", "{:,.0f}"),
@@ -369,7 +398,15 @@ ROWS = [
 ]
 
 
-_OUT = ("CAST", "TREECAST", "ROUTE", "RELAY", "CALL")  # what carries a cast to the hosts
+_OUT = (
+    "CAST",
+    "TREECAST",
+    "PLANNEDCAST",
+    "CASTPLAN",
+    "ROUTE",
+    "RELAY",
+    "CALL",
+)  # what carries a cast to the hosts
 _BACK = ("REPLIES", "REPLY")  # what carries its replies back
 
 

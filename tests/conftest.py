@@ -188,3 +188,20 @@ def failures() -> Iterator[list[Any]]:
         yield seen
     finally:
         actormesh.set_failure_hook(None)
+
+
+@pytest.fixture
+def folded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rank of every value the caller's ``reduce`` folds from now on, in order
+    (``headers.PARTIAL``: a host agent's, or a subtree's, partial result)."""
+    from actormesh._api import _requests
+
+    seen: list[int] = []
+    original = _requests._Reduce._value
+
+    def recording(self: Any, rank: int, value: Any) -> None:
+        seen.append(rank)
+        original(self, rank, value)
+
+    monkeypatch.setattr(_requests._Reduce, "_value", recording)
+    return seen

@@ -214,7 +214,7 @@ _WHERE: dict[str, str] = {
     "Shape": "._shape",
     "SupervisionError": "._exceptions",
     "ValueMesh": "._shape",
-    "ValueStream": "._api._adverbs",
+    "ValueStream": "._api._requests",
     "WorkQueue": "._pure._routing",
     "actor_mesh": "._api._actor_group",
     "as_endpoint": "._api._endpoint",

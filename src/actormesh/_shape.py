@@ -14,7 +14,7 @@ import math
 import operator
 import pprint
 import textwrap
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any, Generic, TypeVar
@@ -28,6 +28,9 @@ __all__ = [
     "Shaped",
     "ValueMesh",
     "pack_ranks",
+    "rank_runs",
+    "run_ranks",
+    "runs_count",
     "unpack_ranks",
     "view_shape",
 ]
@@ -75,6 +78,29 @@ def unpack_ranks(sizes: Sequence[int], packed: Sequence[int]) -> tuple[int, ...]
     for size, stride in zip(sizes, packed[1:], strict=True):
         positions = [p + i * stride for p in positions for i in range(size)]
     return tuple(positions)
+
+
+def rank_runs(ranks: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """``ranks`` (distinct) as sorted runs ``(first, past the last)``: a reducing call's
+    partial result names the ranks it stands for this way, a few runs for a subtree of
+    host agents (hosts in a tree hold blocks of consecutive ranks) however many ranks."""
+    runs: list[tuple[int, int]] = []
+    for rank in sorted(ranks):
+        if runs and runs[-1][1] == rank:
+            runs[-1] = (runs[-1][0], rank + 1)
+        else:
+            runs.append((rank, rank + 1))
+    return tuple(runs)
+
+
+def run_ranks(runs: Iterable[tuple[int, int]]) -> list[int]:
+    """The ranks of ``rank_runs``' runs."""
+    return [rank for first, past in runs for rank in range(first, past)]
+
+
+def runs_count(runs: Iterable[tuple[int, int]]) -> int:
+    """How many ranks ``runs`` hold (without listing them)."""
+    return sum(past - first for first, past in runs)
 
 
 def _describe(labels: Sequence[str], sizes: Sequence[object]) -> str:

@@ -13,7 +13,6 @@ import torch
 
 from actormesh import Actor, ActorError, HostMesh, ProcMesh, current_rank, endpoint, host_mesh
 from actormesh import proc_mesh as make_proc_mesh
-from actormesh._api import _adverbs
 from actormesh._core import headers
 
 pytestmark = pytest.mark.timeout(120)
@@ -66,19 +65,6 @@ def local() -> Iterator[Any]:
     procs.stop().get(timeout=30)
 
 
-def _replies_seen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The rank of every reply the caller's reduce receives (PARTIAL: a host's fold)."""
-    seen: list[int] = []
-    original = _adverbs._Reduce.on_reply
-
-    def recording(self: Any, rank: int, ok: bool, parts: Any) -> bool:
-        seen.append(rank)
-        return original(self, rank, ok, parts)
-
-    monkeypatch.setattr(_adverbs._Reduce, "on_reply", recording)
-    return seen
-
-
 def test_reduce_equals_the_fold_of_calls_values(local: Any, on_hosts: Any) -> None:
     for mesh in (local, on_hosts):
         values = list(mesh.value.call(10).get(timeout=30).values())
@@ -86,19 +72,15 @@ def test_reduce_equals_the_fold_of_calls_values(local: Any, on_hosts: Any) -> No
         assert mesh.value.reduce(max)(scale=2).get(timeout=30) == max(values) // 5
 
 
-def test_each_host_agent_sends_one_partial_for_its_actors(
-    on_hosts: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_each_host_agent_sends_one_partial_for_its_actors(on_hosts: Any, folded: list[int]) -> None:
     assert len(set(on_hosts.agent_of.call().get(timeout=30).values())) == 2
-    seen = _replies_seen(monkeypatch)
+    seen = folded
     assert on_hosts.value.reduce(operator.add)(1).get(timeout=30) == 21  # 1 + ... + 6
     assert seen == [headers.PARTIAL, headers.PARTIAL]
 
 
-def test_processes_without_an_agent_answer_one_by_one(
-    local: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    seen = _replies_seen(monkeypatch)
+def test_processes_without_an_agent_answer_one_by_one(local: Any, folded: list[int]) -> None:
+    seen = folded
     assert local.value.reduce(operator.add)(1).get(timeout=30) == 6
     assert sorted(seen) == [0, 1, 2]
 

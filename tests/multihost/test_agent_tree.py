@@ -30,7 +30,6 @@ from multihost_actors import Where
 from multihost_support import HERE, Network, ip, namespaces_or_skip
 
 from actormesh import ActorDiedError, ActorMesh, HostMesh, host_mesh
-from actormesh._api import _adverbs
 from actormesh._core import headers
 from actormesh._hosts import Runtime
 from actormesh.allocators import ExternalAllocator
@@ -82,6 +81,16 @@ def where(hosts: HostMesh) -> Iterator[ActorMesh[Where]]:
         procs.stop().get(timeout=60)
 
 
+_CAST_KINDS = (
+    headers.CAST,
+    headers.RELAY,
+    headers.TREE_CAST,
+    headers.ROUTE,
+    headers.CAST_PLAN,
+    headers.PLANNED_CAST,
+)
+
+
 def _sent_by_controller(action: Any) -> list[tuple[str, tuple[Any, ...]]]:
     """The casts and relays the controller sends its agents while ``action`` runs:
     ``(agent address, header)`` each."""
@@ -93,7 +102,7 @@ def _sent_by_controller(action: Any) -> list[tuple[str, tuple[Any, ...]]]:
 
         def counting(parts: Any, share: Any = None, _l: Any = link, _s: Any = conn.send) -> None:
             header = headers.decode(parts[0])
-            if header[0] in (headers.CAST, headers.RELAY, headers.TREE_CAST, headers.ROUTE):
+            if header[0] in _CAST_KINDS:
                 sent.append((_l.address, header))
             _s(parts) if share is None else _s(parts, share)
 
@@ -114,9 +123,19 @@ def test_a_cast_leaves_the_controller_as_fan_out_frames(
         where.where.broadcast()
 
     sent = _sent_by_controller(cast)
-    assert len(sent) == 2 * FAN_OUT
-    assert {kind for _, (kind, *_) in sent} == {headers.TREE_CAST}
+    casts = [(address, header) for address, header in sent if header[0] != headers.CAST_PLAN]
+    plans = [header for _, header in sent if header[0] == headers.CAST_PLAN]
+    # The whole mesh goes by its plan: one frame per child of the controller per cast,
+    # and the plan itself at most once to each (it is taught on the mesh's first call).
+    assert len(casts) == 2 * FAN_OUT
+    assert {kind for _, (kind, *_) in casts} == {headers.PLANNED_CAST}
     assert {address for address, _ in sent} == {h.ip for h in network.hosts[:FAN_OUT]}
+    assert len(plans) <= FAN_OUT
+    sent_again = _sent_by_controller(cast)
+    assert [header[0] for _, header in sent_again] == [headers.PLANNED_CAST] * (2 * FAN_OUT)
+    # A planned cast names no rank: its frames are as small at 10,000 hosts as here.
+    for _, header in sent_again:
+        assert len(headers.encode(headers.read(headers.PlannedCast, header))) < 200
 
 
 def test_a_slice_goes_only_down_the_subtrees_it_touches(
@@ -140,20 +159,13 @@ def test_a_slice_goes_only_down_the_subtrees_it_touches(
 
 
 def test_calls_and_reductions_come_back_merged_per_subtree(
-    network: Network, where: ActorMesh[Where], monkeypatch: pytest.MonkeyPatch
+    network: Network, where: ActorMesh[Where], folded: list[int]
 ) -> None:
     values = where.where.call().get(timeout=30).values()
     for index, value in enumerate(values):
         assert f"|tcp://{network.hosts[index // 2].ip}:" in str(value["address"])
         assert json.loads(str(value["env_coords"])) == {"hosts": index // 2, "gpus": index % 2}
-    seen: list[int] = []
-    original = _adverbs._Reduce.on_reply
-
-    def recording(self: Any, rank: int, ok: bool, parts: Any) -> bool:
-        seen.append(rank)
-        return original(self, rank, ok, parts)
-
-    monkeypatch.setattr(_adverbs._Reduce, "on_reply", recording)
+    seen = folded
     total = where.rank_plus.reduce(operator.add)(10).get(timeout=30)
     assert total == sum(range(2 * HOSTS)) + 10 * 2 * HOSTS
     assert seen == [headers.PARTIAL] * FAN_OUT  # one value per child of the controller

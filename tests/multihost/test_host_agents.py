@@ -26,7 +26,6 @@ from multihost_support import HERE, Network, ip
 
 import actormesh
 from actormesh import ActorDiedError, ActorMesh, HostMesh, ProcMesh, host_mesh
-from actormesh._api import _adverbs
 from actormesh._core import headers
 from actormesh._hosts import Runtime
 from actormesh._hosts._forkserver import available as forks_available
@@ -139,17 +138,10 @@ def test_a_cast_costs_the_controller_one_frame_per_host(where: ActorMesh[Where])
 
 
 def test_a_reducing_call_brings_the_controller_one_value_per_host(
-    where: ActorMesh[Where], monkeypatch: pytest.MonkeyPatch
+    where: ActorMesh[Where], folded: list[int]
 ) -> None:
     # Each of the three agents folds its two workers' values: three PARTIAL replies.
-    seen: list[int] = []
-    original = _adverbs._Reduce.on_reply
-
-    def recording(self: Any, rank: int, ok: bool, parts: Any) -> bool:
-        seen.append(rank)
-        return original(self, rank, ok, parts)
-
-    monkeypatch.setattr(_adverbs._Reduce, "on_reply", recording)
+    seen = folded
     values = where.rank_plus.call(100).get(timeout=30).values()
     assert where.rank_plus.reduce(operator.add)(100).get(timeout=30) == sum(values) == 615
     # (In a tree of agents, ACTORMESH_FAN_OUT below 3: one per child of the controller.)

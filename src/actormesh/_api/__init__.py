@@ -13,7 +13,6 @@ from ._actor import Actor, point_of
 from ._actor_group import actor_mesh
 from ._actor_logs import install as install_actor_logs
 from ._actor_mesh import ActorMesh, MeshRef
-from ._adverbs import ValueStream
 from ._allocator import Allocator, HostAllocator, LocalAllocator, ProcessSpec
 from ._attach import AttachRefusedError, Job
 from ._attach import attach as attach_job
@@ -52,6 +51,7 @@ from ._monarch import (
 from ._ports import Channel, Port, PortReceiver
 from ._proc_mesh import ProcMesh, proc_mesh
 from ._rdma import DroppedError, Region, Registry, ServiceActor, copy_local, vm_copy
+from ._requests import ValueStream
 from ._send import Accumulator, send
 from ._service import Service, ServiceEndpoint, Session, spawn_service
 from ._service_core import live_services

@@ -19,11 +19,12 @@ from .._hosts import Runtime
 from .._pure import Affinity, ChoosePolicy, policy_from
 from .._shape import Point, Shape, Shaped, pack_ranks
 from ._actor import missing_endpoint
-from ._adverbs import Adverbs, fail_calls_to_stopped
+from ._adverbs import Adverbs
 from ._choose import ChooseSettings, WhenFull
 from ._endpoint import Endpoint, EndpointOptions, NotAnEndpoint
 from ._future import Future, resolved
 from ._mesh_state import DEFAULT_STOP_REASON, MeshState, state_of
+from ._requests import fail_calls_to_stopped
 
 if TYPE_CHECKING:
     from .._observe import Stacks

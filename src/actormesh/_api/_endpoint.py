@@ -21,8 +21,8 @@ from .._pure import Arity, policy_from
 
 if TYPE_CHECKING:
     from .._shape import ValueMesh
-    from ._adverbs import ValueStream
     from ._future import Future
+    from ._requests import ValueStream
 
 __all__ = [
     "AS_ENDPOINT",

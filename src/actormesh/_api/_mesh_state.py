@@ -118,7 +118,10 @@ class MeshState:
         # process: its __supervise__ hears of the mesh's failures first (see _supervision).
         self.owner: tuple[str, int] | None = None
         self._lock = threading.Lock()
-        self._ranks = [_RankStats() for _ in paths]
+        # Each rank's figures, then (last) those of calls to the whole mesh cast by plan
+        # (_planned), counted once for every rank: a rank's figures are its own plus these.
+        self._ranks = [_RankStats() for _ in range(len(paths) + 1)]
+        self._whole = self._ranks[-1]
         # Called once each, on the thread that finished a call, after the next call ends;
         # `choose` registers here while callers wait for a rank with capacity.
         self.capacity_waiters: list[Any] = []
@@ -137,6 +140,9 @@ class MeshState:
         self.ref: Any = None
         self.creator: Any = None
         self._named_policies: dict[tuple[str, str], Any] = {}
+        # How calls to the whole mesh are cast, by plan (_planned): (the runtime, its
+        # topology count then, the plan or None).
+        self.plan: tuple[Any, int, Any] | None = None
 
     def note_stop(self, reason: str) -> None:
         """Remember why the mesh is being stopped (the first stop's reason, when it is not
@@ -186,7 +192,9 @@ class MeshState:
 
     def in_flight(self, ranks: tuple[int, ...] | list[int]) -> list[int]:
         """The caller's outstanding calls to each of ``ranks``."""
-        stats = self._ranks
+        stats, whole = self._ranks, self._whole.in_flight
+        if whole:
+            return [stats[r].in_flight + whole for r in ranks]
         return [stats[r].in_flight for r in ranks]
 
     def started(self, ranks: tuple[int, ...]) -> float:
@@ -212,6 +220,30 @@ class MeshState:
         for wake in waiters:
             wake()
 
+    def started_whole(self) -> float:
+        """Count a call to every rank as in flight, at the cost of one (a cast by plan);
+        returns its start time."""
+        with self._lock:
+            self._whole.in_flight += 1
+        return time.perf_counter()
+
+    def finished_whole(self, started: float, ok: bool) -> None:
+        """The call to every rank begun at ``started_whole`` ended."""
+        self.finished(-1, started, ok)  # (the last figures are the whole mesh's)
+
+    def whole_to_ranks(self, started: float, answered: Any, waiting: Any) -> None:
+        """A call to every rank is followed rank by rank from now on: ``answered`` did,
+        ``waiting`` are in flight (``finished`` ends each)."""
+        elapsed = time.perf_counter() - started
+        stats = self._ranks
+        with self._lock:
+            self._whole.in_flight -= 1
+            for rank in answered:
+                stats[rank].completed += 1
+                stats[rank].latencies.append(elapsed)
+            for rank in waiting:
+                stats[rank].in_flight += 1
+
     def named_policy(self, name: str, endpoint: str, make: Callable[[str], Any]) -> Any:
         """The policy called ``name`` for ``endpoint``, made by ``make(name)`` on first use."""
         key = (name, endpoint)
@@ -225,12 +257,13 @@ class MeshState:
         """Per rank: in flight, completed, failed and latency percentiles (seconds)."""
         report = {}
         with self._lock:
-            for rank, stats in enumerate(self._ranks):
-                ordered = sorted(stats.latencies)
+            whole = self._whole
+            for rank, stats in enumerate(self._ranks[:-1]):
+                ordered = sorted([*stats.latencies, *whole.latencies])
                 report[rank] = {
-                    "in_flight": stats.in_flight,
-                    "completed": stats.completed,
-                    "failed": stats.failed,
+                    "in_flight": stats.in_flight + whole.in_flight,
+                    "completed": stats.completed + whole.completed,
+                    "failed": stats.failed + whole.failed,
                     "alive": rank not in self.dead,
                     "p50": _percentile(ordered, 0.5),
                     "p90": _percentile(ordered, 0.9),

@@ -27,12 +27,12 @@ from .._shape import Point, Shape, Shaped, ValueMesh
 from . import _restart, _supervision
 from ._actor import Actor, SpawnSpec, endpoint_table
 from ._actor_mesh import ActorMesh, MeshRef, _StopRequest
-from ._adverbs import _Gather, fail_calls_to_stopped
 from ._allocator import Allocator, LocalAllocator, ProcessSpec
 from ._context import adopt, context
 from ._future import Future, from_concurrent, resolved
 from ._leased_job import actors_key
 from ._mesh_state import DEFAULT_STOP_REASON, Failure, all_states
+from ._requests import _Gather, fail_calls_to_stopped
 
 __all__ = ["ProcMesh", "managed", "own_process", "proc_mesh", "process_specs"]
 

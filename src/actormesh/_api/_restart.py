@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._core import dumps, headers
 from .._exceptions import ActorDiedError
 from .._hosts import ChildProcess, Runtime
-from ._adverbs import _Request
 from ._future import Future
 from ._mesh_state import Failure, all_states
+from ._requests import _Request
 from ._supervision import report
 
 if TYPE_CHECKING:

@@ -69,10 +69,19 @@ Between host agents, when a host mesh has more hosts than its fan-out (``_hosts.
               subtree answered
     Route     + a whole frame for the worker at ``address``, through the agents at
               ``hops`` in turn (the last is its own): one actor's path down the tree
+    CastPlan  where a whole mesh's casts go, learnt once by every agent of its tree
+              (``_hosts._cast_plan``): this host's workers ``targets``, ``(address,
+              ranks)`` each, and ``below`` the branches to forward, ``(agent address,
+              targets, below)`` each; plan ``plan`` of mesh ``mesh_id`` replaces any
+              older one
+    PlannedCast + parts shared by every worker: a call to the whole mesh by its plan;
+              each agent makes its workers' Call headers (``req_id``, ``endpoint``,
+              ``port``) and forwards the frame as it came to its children of the plan;
+              ``gather`` and ``combine`` as in a TreeCast
 
 ``req_id`` 0 means no reply is wanted (``broadcast``). A reply whose rank is ``PARTIAL``
-carries the combined value of several ranks, and which ranks they are (a reducing call
-through a host agent).
+carries the combined value of several ranks, and which ranks they are, as runs
+(``_shape.rank_runs``; a reducing call through a host agent).
 """
 
 from __future__ import annotations
@@ -98,6 +107,8 @@ __all__ = [
     "Call",
     "Cancel",
     "Cast",
+    "CAST_PLAN",
+    "CastPlan",
     "CastTarget",
     "DEBUG",
     "Debug",
@@ -140,6 +151,10 @@ __all__ = [
     "StopMesh",
     "TREE_CAST",
     "TreeCast",
+    "PLANNED_CAST",
+    "PlanBranch",
+    "PlanTarget",
+    "PlannedCast",
     "View",
     "decode",
     "encode",
@@ -153,9 +168,9 @@ RELAY, CAST, REPLIES, HOST, EVENT = range(13, 18)
 OBSERVE, DEBUG = range(18, 20)
 # Bulk data (kept apart from the kinds above, which may grow).
 BULK_OPEN, BULK_DATA, BULK_ACK, BULK_CAST = range(40, 44)
-TREE_CAST, ROUTE = range(20, 22)
+TREE_CAST, ROUTE, CAST_PLAN, PLANNED_CAST = range(20, 24)
 
-# The rank of a reply that stands for several ranks: ``(ranks, combined value)``.
+# The rank of a reply that stands for several ranks: ``(runs of ranks, combined value)``.
 PARTIAL = -2
 
 Ranks = tuple[int, ...]
@@ -166,6 +181,10 @@ View = tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]
 CastTarget = tuple[str, Ranks, bytes]
 # One child agent's part of a TreeCast: its address, its targets, and its own branches.
 Branch = tuple[str, list[CastTarget], list[Any]]
+# One worker of a CastPlan: its address and the mesh's ranks there.
+PlanTarget = tuple[str, Ranks]
+# One child agent's part of a CastPlan: its address, its targets, and its own branches.
+PlanBranch = tuple[str, list[PlanTarget], list[Any]]
 # One reply of a Replies batch: req_id, rank, ok, and how many of the frame's parts are its.
 BatchedReply = tuple[int, int, bool, int]
 
@@ -264,6 +283,23 @@ class Route(NamedTuple):
     address: str
 
 
+class CastPlan(NamedTuple):
+    mesh_id: str
+    plan: int
+    targets: list[PlanTarget]
+    below: list[PlanBranch]
+
+
+class PlannedCast(NamedTuple):
+    gather: int
+    combine: bytes | None
+    mesh_id: str
+    plan: int
+    req_id: int
+    endpoint: str
+    port: tuple[str, int] | None
+
+
 class Replies(NamedTuple):
     replies: list[BatchedReply]
 
@@ -342,6 +378,8 @@ KINDS: dict[int, type[tuple[Any, ...]]] = {
     BULK_CAST: BulkCast,
     TREE_CAST: TreeCast,
     ROUTE: Route,
+    CAST_PLAN: CastPlan,
+    PLANNED_CAST: PlannedCast,
 }
 _KIND_OF = {cls: kind for kind, cls in KINDS.items()}
 Header = tuple[Any, ...]  # an instance of a class of KINDS

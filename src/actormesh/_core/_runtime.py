@@ -137,6 +137,10 @@ class CoreRuntime:
         # Who else hears of each lost connection, after the requests waiting on it (a
         # host agent's bulk transfers, whose children it feeds: _hosts._bulk).
         self.connection_lost: list[Callable[[Connection, str], None]] = []
+        # Bumped whenever a process is lost, marked dead or back, or the way to some
+        # changed: what was planned for the processes as they were is stale then
+        # (casts by plan, ``_hosts._cast_plan``).
+        self.topology = 0
         # The job's secret: TCP peers prove it (workers started here inherit it).
         self.secret = config.secret or new_secret()
         # What this process tells peers to connect to: its Unix socket, or its TCP
@@ -489,10 +493,12 @@ class CoreRuntime:
     def mark_dead(self, path: str, reason: str) -> None:
         """The process at ``path`` is gone: dialling it raises ``ActorDiedError(reason)``."""
         self._dead_paths[path] = reason
+        self.topology += 1
 
     def revive(self, path: str) -> None:
         """A process listens at ``path`` again (restarted, or adopted there)."""
         self._dead_paths.pop(path, None)
+        self.topology += 1
 
     def adopt_owner(self, conn: Connection) -> None:
         """Make ``conn`` this process' owner's connection (a controller attached to a
@@ -669,6 +675,7 @@ class CoreRuntime:
     def fail_connection(self, conn: Connection, reason: str) -> None:
         """Fail what waits on ``conn`` (``ReplyHandler.on_lost``), then tell
         ``connection_lost``'s listeners."""
+        self.topology += 1
         for req_id, handler in list(self._pending.items()):
             try:
                 if handler.on_lost(conn, reason):

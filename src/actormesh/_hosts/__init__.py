@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._agent import Agent, dial_agent, serve_agent
 from ._agent_link import AgentLink, RelayedProcess, WorkerSpec
+from ._cast_plan import Plan
 from ._debug_relay import SessionWatch
 from ._event_log import KINDS as EVENT_KINDS
 from ._event_log import default_state_dir
@@ -30,6 +31,7 @@ __all__ = [
     "JoinWait",
     "Joined",
     "LaunchCommand",
+    "Plan",
     "ProcessSetup",
     "Progress",
     "RelayedProcess",

@@ -128,6 +128,9 @@ class Agent:
         # Workers by the address the owner knows them by (their TCP address).
         self._workers: dict[str, ChildProcess] = {}
         self._batches: dict[int, Batch] = {}
+        # Each mesh's cast plan (_cast_plan): its id, this host's workers (address,
+        # ranks), and the child agents its casts go on to.
+        self._plans: dict[str, tuple[int, list[headers.PlanTarget], list[str]]] = {}
         # The agents this one relays to in a tree of agents (dialled on first use).
         self._peers = Peers(runtime, self._peer_lost)
         # Its heartbeats to its child agents, when the controller leaves them to it.
@@ -140,11 +143,21 @@ class Agent:
         runtime.frame_kinds[headers.CAST] = self._cast
         runtime.frame_kinds[headers.TREE_CAST] = self._tree_cast
         runtime.frame_kinds[headers.ROUTE] = self._route
+        runtime.frame_kinds[headers.CAST_PLAN] = self._learn_plan
+        runtime.frame_kinds[headers.PLANNED_CAST] = self._planned_cast
         runtime.forward_replies = self._replies_from_below
         runtime.children.close_listeners.append(self._connection_closed)
         # Bulk casts wait for their data (_bulk), and the frames for workers behind them.
         runtime.bulk.serve_casts(
-            self._cast, (headers.RELAY, headers.CAST, headers.TREE_CAST, headers.ROUTE)
+            self._cast,
+            (
+                headers.RELAY,
+                headers.CAST,
+                headers.TREE_CAST,
+                headers.ROUTE,
+                headers.CAST_PLAN,
+                headers.PLANNED_CAST,
+            ),
         )
         runtime.forward_reply = self._reply_from_worker
         runtime.failure_handler = self._failure_from_worker
@@ -305,10 +318,46 @@ class Agent:
     ) -> None:
         gather, targets, combine, below = headers.read(headers.TreeCast, header)
         shared = parts[1:]
-        self._deliver(conn, gather, targets, combine, shared, below, subtree=True)
+        children = [address for address, _, _ in below]
+        self._deliver(conn, gather, targets, combine, shared, children, subtree=True)
         for address, their_targets, their_below in below:
             forward = headers.TreeCast(gather, their_targets, combine, their_below)
             self._peers.send(address, [headers.encode(forward), *shared])
+
+    def _learn_plan(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
+        """Keep a mesh's cast plan (this host's part), and pass each child its own."""
+        mesh_id, plan, targets, below = headers.read(headers.CastPlan, header)
+        self._plans[mesh_id] = (plan, targets, [address for address, _, _ in below])
+        for address, their_targets, their_below in below:
+            forward = headers.CastPlan(mesh_id, plan, their_targets, their_below)
+            self._peers.send(address, [headers.encode(forward)])
+
+    def _planned_cast(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
+        """A call to a whole mesh by its plan: this host's workers get their headers made
+        here, the child agents the frame as it came."""
+        cast = headers.read(headers.PlannedCast, header)
+        known = self._plans.get(cast.mesh_id)
+        if known is None or known[0] != cast.plan:
+            # The plan always goes down the same links ahead of its casts, and a newer
+            # one replaces it only after the tree changed (when the owner fails what was
+            # under way through the part that changed): a frame out of that order.
+            log.warning("dropping a cast by plan %s of mesh %s: unknown", cast.plan, cast.mesh_id)
+            return
+        _, mine, children = known
+        call = headers.Call(cast.req_id, cast.mesh_id, (), cast.endpoint, None, cast.port)
+        targets = [
+            (address, ranks, headers.encode(call._replace(ranks=ranks)))
+            for address, ranks in mine
+            if address in self._workers  # one that is gone: its exit tells the owner
+        ]
+        shared = parts[1:]
+        self._deliver(conn, cast.gather, targets, cast.combine, shared, children, subtree=True)
+        for address in children:
+            self._peers.send(address, parts)
 
     def _deliver(
         self,
@@ -317,16 +366,16 @@ class Agent:
         targets: list[headers.CastTarget],
         combine: bytes | None,
         shared: list[memoryview],
-        below: list[headers.Branch],
+        children: list[str],
         subtree: bool = False,
         share: SegmentShare | None = None,
     ) -> None:
         """Hand a cast to this host's ``targets``; with ``gather``, wait for them and for
-        the child agents of ``below`` before answering on ``conn``. ``share``: the shared
+        the child agents at ``children`` before answering on ``conn``. ``share``: the shared
         memory a bulk cast's parts are in already (``_bulk``)."""
         if gather:
             waiting = {address: len(ranks) for address, ranks, _ in targets}
-            waiting.update((address, 1) for address, _, _ in below)
+            waiting.update((address, 1) for address in children)
             reduction = Reduction(combine) if combine is not None else None
             # Between agents the frame up always goes (DONE); to the owner, only if any.
             batch = Batch(conn, waiting, reduction, subtree and conn is not self._owner)

@@ -178,6 +178,7 @@ class Agents:
         it hang up on it (a cut link would leave them waiting)."""
         assert link.tree is not None
         below, above = link.tree.lost(link)
+        self.runtime.topology += 1  # the way to the hosts below it changed
         reason = f"the host agent on {link.where}, which relays to this host, is gone: {how}"
         for other in below:
             for path in list(other.workers):

@@ -21,7 +21,7 @@ and reports a silent one, which the controller then declares dead.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._core import headers
 from . import _tree
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from ._agent_link import AgentLink
 
 __all__ = ["CastTree", "branch_ranks"]
+
+T = TypeVar("T")
 
 
 class CastTree:
@@ -94,13 +96,14 @@ class CastTree:
         return self.links[path[0]], tuple(self.addresses[p] for p in path[1:])
 
     def branches(
-        self, targets: dict[int, list[headers.CastTarget]]
-    ) -> list[tuple[AgentLink, list[headers.CastTarget], list[headers.Branch]]]:
+        self, targets: dict[int, list[T]]
+    ) -> list[tuple[AgentLink, list[T], list[tuple[str, list[T], list[Any]]]]]:
         """One cast's way down: for each child of the controller it reaches, that agent,
-        its own targets and the branches it forwards. ``targets``: by position."""
+        its own targets and the branches it forwards. ``targets``: by position (a
+        cast's ``CastTarget`` or a plan's ``PlanTarget``)."""
         forward = _tree.plan(targets, self.k, self.dead)
 
-        def branch(node: int) -> headers.Branch:
+        def branch(node: int) -> tuple[str, list[T], list[Any]]:
             below = [branch(child) for child in forward.get(node, ())]
             return (self.addresses[node], targets.get(node, []), below)
 

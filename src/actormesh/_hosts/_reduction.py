@@ -3,7 +3,7 @@
 A reducing call (``endpoint.reduce(combine, ...)``) that reaches several workers of one
 host through its agent carries the combine function; the agent folds each worker's value
 into one as the replies come, and sends the owner a single ``PARTIAL`` reply holding the
-ranks it stands for and their combined value, so the owner receives one value per host,
+ranks it stands for (as runs) and their combined value, so the owner receives one value per host,
 not one per actor. In a tree of agents (``_tree``) each agent folds its children's
 partials into its own, so the owner receives one value per child link. The function
 must be associative and commutative: values are folded in the order they arrive, and
@@ -21,6 +21,7 @@ import logging
 from typing import Any
 
 from .._core import dumps, loads
+from .._shape import rank_runs, run_ranks
 
 __all__ = ["Reduction"]
 
@@ -54,17 +55,18 @@ class Reduction:
         return True
 
     def add_partial(self, parts: list[Any]) -> bool:
-        """Fold a child agent's ``PARTIAL`` reply (its pickled ``(ranks, value)``); False
-        when the reduction is broken and the reply must go up as it came."""
+        """Fold a child agent's ``PARTIAL`` reply (its pickled ``(runs of ranks,
+        value)``); False when the reduction is broken and the reply must go up as it
+        came."""
         if self.broken:
             return False
         try:
-            ranks, value = loads(parts[0], parts[1:])
+            runs, value = loads(parts[0], parts[1:])
             self._value = value if not self.ranks else self._combine(self._value, value)
         except Exception as error:
             self._broken(error)
             return False
-        self.ranks.extend(ranks)
+        self.ranks.extend(run_ranks(runs))
         return True
 
     def reset(self) -> None:
@@ -73,8 +75,9 @@ class Reduction:
         self._value = None
 
     def partial(self) -> list[Any]:
-        """The parts of the ``PARTIAL`` reply: ``(ranks, combined value)``, pickled."""
-        payload, buffers = dumps((tuple(self.ranks), self._value))
+        """The parts of the ``PARTIAL`` reply: ``(runs of ranks, combined value)``,
+        pickled (a subtree's ranks are a few runs: ``_shape.rank_runs``)."""
+        payload, buffers = dumps((rank_runs(self.ranks), self._value))
         return [payload, *buffers]
 
     def _broken(self, error: BaseException) -> None:

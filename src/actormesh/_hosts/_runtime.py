@@ -12,6 +12,8 @@ assembly of parts, each a module of its own that gets only what it needs from th
 - ``router`` (``_agent_router.AgentRouter``): ``send_frames``, a call's frames batched
   per agent (``CAST``, ``TREE_CAST``, bulk);
 - ``bulk`` (``_bulk.Bulk``): large parts of casts down a chain of agents;
+- ``cast_plans`` (``_cast_plan.CastPlans``): whole-mesh casts into a tree of agents, at a
+  cost that does not grow with the mesh;
 - the job event log (``events``) and the merger of output lines (``output_lines``).
 """
 
@@ -30,6 +32,7 @@ from ._agent_router import AgentRouter
 from ._agents import Agents
 from ._aggregate import LineAggregator
 from ._bulk import Bulk
+from ._cast_plan import CastPlans
 from ._children import Children
 from ._debug_relay import DebugRelay
 from ._event_log import EventLog, open_event_log
@@ -54,6 +57,8 @@ class Runtime(CoreRuntime):
         self.router = AgentRouter(self.send, self.bulk)
         # (bound here, not wrapped: it is on every call's path)
         self.send_frames = self.router.send_frames
+        # Whole-mesh casts through a tree of agents, by plan (_cast_plan).
+        self.cast_plans = CastPlans(self.connection, self.children.relaunching)
         self._aggregator: LineAggregator | None = None
         # Breakpoints in workers: passed up to the owner (a controller puts its own
         # debugger hub here, see actormesh._observe).

@@ -1,0 +1,169 @@
+"""Casts by plan: a call to a whole mesh behind a tree of agents, at a cost that does not
+grow with the mesh.
+
+A cast through a tree (``_cast_tree``) names every worker and its ranks, each with its
+own header, in the frames the controller builds: its cost grows with the actors, however
+few frames carry it. But the workers of a mesh, and the ranks each hosts, do not change
+from one call to the next. So the first whole-mesh call after the mesh's layout (or the
+tree's) changed sends each agent of the tree its part of a ``CastPlan`` once: its own
+workers and ranks, and the child agents the mesh's casts go on to. Every call after it
+leaves the controller as one ``PlannedCast`` per child of the controller: the call's
+fields without any rank (the request id, the endpoint, a port), and the arguments. Each
+agent makes its own workers' headers and forwards the frame to its children as it came.
+The controller's cost of a cast is then one small frame per child: ``k``, whatever the
+number of hosts.
+
+A plan is made on the first call and kept while nothing changes: every lost connection,
+process marked dead or revived, and every agent lost from the tree bumps the runtime's
+``topology`` count, and a plan made at an older count is made again (the caller keeps
+it: ``_api/_planned``).
+Only the whole mesh, as spawned, is cast by plan; a slice, a mesh with a process being
+restarted, or one not behind a single tree of agents goes the usual way.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._core import headers
+from .._exceptions import ActorDiedError
+from .._transport import Buffer, Connection, TransportClosed, is_tcp, route
+from ._agent_link import AgentLink, RelayConnection
+
+__all__ = ["CastPlans", "Plan"]
+
+Failed = list[tuple[tuple[int, ...], str]]
+
+
+class Plan:
+    """One mesh's plan (see the module docstring).
+
+    Attributes:
+        mesh_id: the mesh's id.
+        ident: the plan's number, which the agents keep it by.
+        version: the runtime's ``topology`` count it was made at.
+        routes: ``(process path, its connection, ranks there)``, in rank order.
+        conns: the ids of those connections (a request cast by plan reacts to their loss).
+        count: how many ranks it reaches.
+        tcp: every process is reached over TCP (no reply route can open to one).
+    """
+
+    def __init__(
+        self,
+        mesh_id: str,
+        ident: int,
+        version: int,
+        tops: list[tuple[AgentLink, list[headers.PlanTarget], list[headers.PlanBranch]]],
+        routes: list[tuple[str, Connection, tuple[int, ...]]],
+    ) -> None:
+        self.mesh_id = mesh_id
+        self.ident = ident
+        self.version = version
+        self.tops = tops
+        self.routes = routes
+        self.conns = frozenset(id(conn) for _, conn, _ in routes)
+        self.count = sum(len(ranks) for _, _, ranks in routes)
+        self.tcp = all(is_tcp(route(path)) for path, _, _ in routes)
+        self.taught = False  # its CastPlan frames went down the tree
+        self._teaching = threading.Lock()
+
+    def teach(self) -> Failed:
+        """Send each child of the controller its branch of the plan, once (any thread:
+        a second caller waits until the first's frames are out, ahead of its cast)."""
+        if self.taught:
+            return []
+        failed: Failed = []
+        with self._teaching:
+            if self.taught:
+                return []
+            for link, targets, below in self.tops:
+                header = headers.CastPlan(self.mesh_id, self.ident, targets, below)
+                try:
+                    link.conn.send([headers.encode(header)])
+                except TransportClosed as error:
+                    failed.append((tuple(_ranks_of(targets, below)), str(error)))
+            self.taught = True
+        return failed
+
+    def cast(
+        self,
+        req_id: int,
+        endpoint: str,
+        parts: Sequence[Buffer],
+        *,
+        gather: int = 0,
+        combine: bytes | None = None,
+        port: tuple[str, int] | None = None,
+    ) -> Failed:
+        """Send a call to every rank: one ``PlannedCast`` per child of the controller;
+        the ``(ranks, why)`` that could not be sent."""
+        failed = self.teach()
+        if failed:
+            return [(tuple(rank for _, _, ranks in self.routes for rank in ranks), failed[0][1])]
+        cast = headers.PlannedCast(
+            gather, combine, self.mesh_id, self.ident, req_id, endpoint, port
+        )
+        frame = [headers.encode(cast), *parts]
+        for link, targets, below in self.tops:
+            try:
+                link.conn.send(frame)
+            except TransportClosed as error:
+                failed.append((tuple(_ranks_of(targets, below)), str(error)))
+        return failed
+
+
+class CastPlans:
+    """Makes the plans of the meshes this process casts to (see the module docstring);
+    whoever casts keeps them, with the ``topology`` count they were made at.
+
+    Args:
+        connection: the connection to a process path (``CoreRuntime.connection``).
+        relaunching: whether the process at a path is being restarted.
+    """
+
+    def __init__(
+        self, connection: Callable[[str], Connection], relaunching: Callable[[str], bool]
+    ) -> None:
+        self._connection = connection
+        self._relaunching = relaunching
+        self._ids = itertools.count(1)
+
+    def make(
+        self, mesh_id: str, routes: Sequence[tuple[str, tuple[int, ...]]], version: int
+    ) -> Plan | None:
+        """The plan of the whole mesh ``mesh_id`` (``routes``: its ``(path, ranks)``),
+        made at ``version`` of the runtime's topology; ``None`` when it is not cast by
+        plan (see the module docstring)."""
+        tree = None
+        by_position: dict[int, list[headers.PlanTarget]] = {}
+        found: list[tuple[str, Connection, tuple[int, ...]]] = []
+        for path, ranks in routes:
+            if self._relaunching(path):
+                return None
+            try:
+                conn = self._connection(path)
+            except ActorDiedError:
+                return None
+            if not isinstance(conn, RelayConnection) or conn.closed:
+                return None
+            if conn.link.tree is None or (tree is not None and conn.link.tree is not tree):
+                return None
+            tree = conn.link.tree
+            by_position.setdefault(tree.position(conn.link), []).append((conn.peer, ranks))
+            found.append((path, conn, ranks))
+        if tree is None or len(found) < 2:
+            return None
+        tops: list[tuple[AgentLink, list[headers.PlanTarget], list[headers.PlanBranch]]]
+        tops = tree.branches(by_position)
+        return Plan(mesh_id, next(self._ids), version, tops, found)
+
+
+def _ranks_of(targets: list[headers.PlanTarget], below: list[Any]) -> list[int]:
+    """Every rank a branch of a plan reaches (to fail them if it cannot be sent)."""
+    ranks = [rank for _, these in targets for rank in these]
+    for _, their_targets, their_below in below:
+        ranks.extend(_ranks_of(their_targets, their_below))
+    return ranks
