@@ -75,6 +75,13 @@ class Where(Actor):
         time.sleep(seconds)
 
     @endpoint
+    def late_on(self, rank: int, seconds: float) -> int:
+        """Answers with this rank at once, except on ``rank``, which waits ``seconds``."""
+        if current_rank().rank == rank:
+            self.release.wait(seconds)
+        return int(current_rank().rank)
+
+    @endpoint
     def block(self) -> str:
         """Holds the call until the process dies (the test kills it)."""
         self.release.wait(60)

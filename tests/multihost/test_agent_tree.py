@@ -29,10 +29,11 @@ import pytest
 from multihost_actors import Where
 from multihost_support import HERE, Network, ip, namespaces_or_skip
 
-from actormesh import ActorDiedError, ActorMesh, HostMesh, host_mesh
+from actormesh import ActorDiedError, ActorMesh, CallTimeoutError, HostMesh, host_mesh
 from actormesh._core import headers
-from actormesh._hosts import Runtime
+from actormesh._hosts import Runtime, _tree
 from actormesh.allocators import ExternalAllocator
+from actormesh.testing import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -136,6 +137,37 @@ def test_a_cast_leaves_the_controller_as_fan_out_frames(
     # A planned cast names no rank: its frames are as small at 10,000 hosts as here.
     for _, header in sent_again:
         assert len(headers.encode(headers.read(headers.PlannedCast, header))) < 200
+
+
+def test_a_call_by_plan_counts_every_rank_and_a_timeout_names_the_late_one(
+    where: ActorMesh[Where],
+) -> None:
+    state = where._state
+    before = state.stats()
+    assert list(where.rank_plus.call(1).get(timeout=30).values()) == list(range(1, 2 * HOSTS + 1))
+    assert where.rank_plus.reduce(operator.add)(0).get(timeout=30) == sum(range(2 * HOSTS))
+    after = state.stats()
+    # Counted once for the whole mesh, reported for every rank.
+    assert [after[r]["completed"] - before[r]["completed"] for r in after] == [2] * (2 * HOSTS)
+    assert [after[r]["in_flight"] for r in after] == [0] * (2 * HOSTS)
+    late = 2 * HOSTS - 1  # on the deepest host
+    future = where.late_on.call(late, 2.0)
+    assert state.in_flight([0, late]) == [1, 1]
+    with pytest.raises(CallTimeoutError) as caught:
+        future.get(timeout=0.5)
+    # Agents send a subtree's answers up together: the ranks waiting are those under the
+    # controller's child above the late host, never those of its other children.
+    top = HOSTS - 1
+    while top >= FAN_OUT:
+        top = top // FAN_OUT - 1
+    held = sorted(2 * host + gpu for host in _tree.subtree(top, HOSTS, FAN_OUT) for gpu in (0, 1))
+    assert late in caught.value.pending
+    assert list(caught.value.pending) == held
+    # Given up (on the loop, soon): nothing is left counted in flight.
+    wait_until(
+        lambda: state.in_flight(list(range(2 * HOSTS))) == [0] * (2 * HOSTS), 10, "in flight"
+    )
+    assert list(where.rank_plus.call(0).get(timeout=30).values())[-1] == late
 
 
 def test_a_slice_goes_only_down_the_subtrees_it_touches(

@@ -10,7 +10,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actormesh._shape import Point, Shape, ValueMesh, pack_ranks, unpack_ranks, view_shape
+from actormesh._shape import (
+    Point,
+    Shape,
+    ValueMesh,
+    pack_ranks,
+    rank_runs,
+    run_ranks,
+    runs_count,
+    unpack_ranks,
+    view_shape,
+)
 
 LABELS = ("hosts", "gpus", "dp", "tp", "pp")
 
@@ -116,6 +126,27 @@ def test_index_matches_slice_by_position(data: st.DataObject) -> None:
     assert shape.index(key) == shape.slice(**by_name)
     if count == 1:
         assert shape.index(key[0]) == shape.slice(**by_name)
+
+
+@given(st.sets(st.integers(0, 10_000)))
+def test_rank_runs_hold_exactly_the_ranks_in_order(ranks: set[int]) -> None:
+    runs = rank_runs(ranks)
+    assert run_ranks(runs) == sorted(ranks)
+    assert runs_count(runs) == len(ranks)
+    # Maximal runs: neighbours are never split, and no run is empty.
+    assert all(first < past for first, past in runs)
+    assert all(past < following for (_, past), (following, _) in itertools.pairwise(runs))
+
+
+def test_a_subtree_of_hosts_is_a_few_runs_however_many_ranks() -> None:
+    # Host positions 0 and 16..31 and 272..527 (a subtree of a tree of fan-out 16), 16
+    # ranks each: three runs for 4,368 ranks.
+    hosts = [0, *range(16, 32), *range(272, 528)]
+    assert rank_runs(16 * h + g for h in hosts for g in range(16)) == (
+        (0, 16),
+        (256, 512),
+        (4352, 8448),
+    )
 
 
 @given(shapes())
