@@ -379,6 +379,7 @@ ROWS = [
     ("simulated agents' CPU per cast, µs", "cast_cpu_agents_us", "{:,.0f}"),
     ("controller CPU per reducing call, µs (caller + loop)", "reduce_cpu_controller_us", "{:,.0f}"),
     ("  of which the calling thread, µs", "reduce_cpu_caller_us", "{:,.0f}"),
+    ("  less heartbeats, µs", "reduce_cpu_net_us", "{:,.0f}"),
     ("reducing call wall, ms (median)", "reduce_wall_ms", "{:,.1f}"),
     ("controller CPU per broadcast, µs (caller + loop)", "broadcast_cpu_controller_us", "{:,.0f}"),
     ("call + gather wall, ms (median)", "cast_wall_ms", "{:,.1f}"),
@@ -431,6 +432,10 @@ def _derive(result: dict[str, Any]) -> None:
     result["cast_cpu_loop_net_us"] = max(0.0, result["cast_cpu_loop_us"] - heartbeats)
     result["cast_cpu_net_us"] = result["cast_cpu_caller_us"] + result["cast_cpu_loop_net_us"]
     result["cpu_per_host_us"] = result["cast_cpu_net_us"] / result["hosts"]
+    if "reduce_cpu_loop_us" in result:  # (results of builds before reduce was measured)
+        beats = result["idle_cpu_loop_us_per_s"] * result["reduce_wall_ms"] / 1e3
+        loop = max(0.0, result["reduce_cpu_loop_us"] - beats)
+        result["reduce_cpu_net_us"] = result["reduce_cpu_caller_us"] + loop
     result["spawn_bytes"] = sum(result["spawn_actors_frames"]["sent_bytes"].values())
     result["memory_per_host_kib"] = result["memory_per_host_bytes"] / 1024
 
