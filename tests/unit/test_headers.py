@@ -46,6 +46,13 @@ EXAMPLES: list[Any] = [
         [("tcp://10.0.0.3:7001", [("/tmp/v.sock", (1,), b"\x80\x05")], [])],
     ),
     headers.Route(("tcp://10.0.0.3:7001",), "/tmp/v.sock"),
+    headers.CastPlan(
+        "mesh-1",
+        2,
+        [("tcp://10.0.0.2:7002", (0, 1))],
+        [("tcp://10.0.0.3:7001", [("tcp://10.0.0.3:7003", (2, 3))], [])],
+    ),
+    headers.PlannedCast(4, None, "mesh-1", 2, 4, "ping", None),
 ]
 
 
