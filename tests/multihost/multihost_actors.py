@@ -33,6 +33,7 @@ class Where(Actor):
     def __init__(self) -> None:
         self.release = threading.Event()
         self.memory: Any = None
+        self.notes: dict[int, Any] = {}
 
     @endpoint
     def remember(self, value: Any) -> None:
@@ -41,6 +42,15 @@ class Where(Actor):
     @endpoint
     def recall(self) -> Any:
         return self.memory
+
+    @endpoint
+    def note(self, key: int, value: Any) -> None:
+        """Remember ``value`` under ``key`` (callers of their own keys never mix)."""
+        self.notes[key] = value
+
+    @endpoint
+    def noted(self, key: int) -> Any:
+        return self.notes.get(key)
 
     @endpoint
     def where(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,9 +30,17 @@ import pytest
 from multihost_actors import Where
 from multihost_support import HERE, Network, ip, namespaces_or_skip
 
-from actormesh import ActorDiedError, ActorMesh, CallTimeoutError, HostMesh, host_mesh
+from actormesh import (
+    ActorDiedError,
+    ActorError,
+    ActorMesh,
+    CallTimeoutError,
+    HostMesh,
+    host_mesh,
+)
+from actormesh._api._planned import by_plan
 from actormesh._core import headers
-from actormesh._hosts import Runtime, _tree
+from actormesh._hosts import Plan, Runtime, _tree
 from actormesh.allocators import ExternalAllocator
 from actormesh.testing import wait_until
 
@@ -237,6 +246,102 @@ def test_deep_actors_print_call_each_other_and_restart_in_place(
         after = mesh.where.call().get(timeout=60).values()
         assert after[-1]["address"] == before[-1]["address"]
         assert after[-1]["pid"] != before[-1]["pid"]
+
+
+def test_threads_calling_by_plan_while_the_topology_moves_all_get_their_answers(
+    hosts: HostMesh, where: ActorMesh[Where]
+) -> None:
+    # Each restart of a rank of another mesh is a lost and a revived process: the plan of
+    # `where` is made again while three threads call it. Each call must go by a plan its
+    # agents know (a replaced one would be dropped: a call waiting forever, a broadcast
+    # lost).
+    size = 2 * HOSTS
+    outcomes: list[str] = []
+    done = threading.Event()
+
+    def caller(thread: int) -> None:
+        i = 0
+        while not done.is_set():
+            i += 1
+            try:
+                if i % 3 == 0:
+                    where.note.broadcast(thread, i)
+                    got = list(where.noted.call(thread).get(timeout=20).values())
+                    outcomes.append("ok" if got == [i] * size else f"lost: {got}")
+                elif i % 3 == 1:
+                    got = list(where.rank_plus.call(i).get(timeout=20).values())
+                    outcomes.append("ok" if got == [r + i for r in range(size)] else "wrong")
+                else:
+                    total = where.rank_plus.reduce(operator.add)(i).get(timeout=20)
+                    outcomes.append("ok" if total == sum(range(size)) + size * i else "wrong")
+            except Exception as error:
+                outcomes.append(f"{type(error).__name__}: {error}")
+
+    moved = Runtime.get().topology
+    with hosts.spawn_procs(per_host={"gpus": 1}, restart="rank", max_restarts=100) as procs:
+        mesh = procs.spawn("mover", Where)
+        threads = [threading.Thread(target=caller, args=(t,)) for t in range(3)]
+        for thread in threads:
+            thread.start()
+        try:
+            for crash in range(12):
+                with pytest.raises(ActorDiedError):
+                    mesh.slice(hosts=crash % HOSTS).crash.call_one(3).get(timeout=30)
+                mesh.slice(hosts=crash % HOSTS).restarts.call_one().get(timeout=60)
+        finally:
+            done.set()
+            for thread in threads:
+                thread.join(timeout=60)
+    assert Runtime.get().topology - moved >= 24  # every crash and every restart counted
+    assert len(outcomes) > 12 and set(outcomes) == {"ok"}, sorted(set(outcomes))
+    assert [s["in_flight"] for s in where._state.stats().values()] == [0] * size
+
+
+def test_one_thread_at_a_time_chooses_a_plan_and_casts_by_it(where: ActorMesh[Where]) -> None:
+    where.rank_plus.call(0).get(timeout=30)
+    order: list[str] = []
+    inside, release = threading.Event(), threading.Event()
+
+    def first(plan: Any) -> bool:
+        order.append("first")
+        inside.set()
+        assert release.wait(30)
+        return False  # (sends nothing)
+
+    def second(plan: Any) -> bool:
+        order.append("second")
+        return False
+
+    one = threading.Thread(target=by_plan, args=(where, first))
+    one.start()
+    assert inside.wait(30)
+    two = threading.Thread(target=by_plan, args=(where, second))
+    two.start()
+    two.join(0.5)  # (how long it is watched: it cannot go on while `first` holds the plan)
+    assert two.is_alive() and order == ["first"]
+    release.set()
+    one.join(30)
+    two.join(30)
+    assert order == ["first", "second"]
+
+
+def test_a_cast_by_a_plan_an_agent_does_not_know_fails_at_once_naming_it(
+    where: ActorMesh[Where],
+) -> None:
+    where.rank_plus.call(0).get(timeout=30)
+    state = where._state
+    assert state.plan is not None
+    runtime, version, plan = state.plan
+    unknown = Plan(plan.mesh_id, plan.ident + 1000, plan.version, plan.tops, plan.routes)
+    unknown.taught = True  # as if its CastPlan had gone down: it has not
+    state.plan = (runtime, version, unknown)
+    try:
+        with pytest.raises(ActorError, match=f"does not know plan {plan.ident + 1000}"):
+            where.rank_plus.call(0).get(timeout=20)
+        assert [s["in_flight"] for s in state.stats().values()] == [0] * (2 * HOSTS)
+    finally:
+        state.plan = None
+    assert list(where.rank_plus.call(0).get(timeout=30).values()) == list(range(2 * HOSTS))
 
 
 class _Job:

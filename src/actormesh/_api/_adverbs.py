@@ -23,10 +23,11 @@ from .._pure import CallbackDispatch, as_dispatch
 from ._actor import point_of
 from ._choose import WhenFull, check_limits, keyed, submit
 from ._future import Future, resolved
-from ._planned import PlannedGather, PlannedReduce, plan_for
+from ._planned import PlannedGather, PlannedReduce, by_plan, may_plan
 from ._requests import ValueStream, _Chosen, _Gather, _One, _Reduce, _Stream
 
 if TYPE_CHECKING:
+    from .._hosts import Plan
     from ._actor_mesh import ActorMesh
     from ._endpoint import Endpoint
 
@@ -64,13 +65,13 @@ class Adverbs:
         self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Future[Any]:
         parts = self._prepare(ep, args, kwargs)
-        plan = plan_for(self.mesh)
-        if plan is None:
-            request = _Gather(self.mesh, ep.name)
+        if may_plan(self.mesh):
+            planned = PlannedGather(self.mesh, ep.name)
+            if by_plan(self.mesh, functools.partial(planned.send_planned, parts=parts)):
+                return planned.future
+            request: _Gather = planned  # (no plan after all: it goes process by process)
         else:
-            request = PlannedGather(self.mesh, ep.name)
-            if request.send_planned(plan, parts):
-                return request.future
+            request = _Gather(self.mesh, ep.name)
         request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])
         return request.future
 
@@ -82,13 +83,13 @@ class Adverbs:
         kwargs: dict[str, Any],
     ) -> Future[Any]:
         parts = self._prepare(ep, args, kwargs)
-        plan = plan_for(self.mesh)
-        if plan is None:
-            request = _Reduce(self.mesh, ep.name, combine)
+        if may_plan(self.mesh):
+            planned = PlannedReduce(self.mesh, ep.name, combine)
+            if by_plan(self.mesh, functools.partial(planned.send_planned, parts=parts)):
+                return planned.future
+            request: _Reduce = planned  # (no plan after all: it goes process by process)
         else:
-            request = PlannedReduce(self.mesh, ep.name, combine)
-            if request.send_planned(plan, parts):
-                return request.future
+            request = _Reduce(self.mesh, ep.name, combine)
         request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])
         return request.future
 
@@ -120,9 +121,13 @@ class Adverbs:
         """Send without waiting; with a ``port`` (address, id), each actor's answer (or
         error) goes there, else an error goes to the mesh's owner (supervision)."""
         parts = self._prepare(ep, args, kwargs)
-        plan = plan_for(self.mesh)
-        if plan is not None:
-            failed = plan.cast(0, ep.name, parts, port=port)
+        failed: list[tuple[tuple[int, ...], str]] = []
+
+        def cast(plan: Plan) -> bool:
+            failed.extend(plan.cast(0, ep.name, parts, port=port))
+            return True
+
+        if may_plan(self.mesh) and by_plan(self.mesh, cast):
             if failed:
                 self._not_reached(ep, {r: why for ranks, why in failed for r in ranks})
             return

@@ -141,8 +141,10 @@ class MeshState:
         self.creator: Any = None
         self._named_policies: dict[tuple[str, str], Any] = {}
         # How calls to the whole mesh are cast, by plan (_planned): (the runtime, its
-        # topology count then, the plan or None).
+        # topology count then, the plan or None); the lock under which a plan is made,
+        # kept, taught and cast by, so no thread casts by one the agents replaced.
         self.plan: tuple[Any, int, Any] | None = None
+        self.plan_lock = threading.Lock()
 
     def note_stop(self, reason: str) -> None:
         """Remember why the mesh is being stopped (the first stop's reason, when it is not

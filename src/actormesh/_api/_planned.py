@@ -14,9 +14,10 @@ on it behaves exactly as one, failure rules included.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._core import RECORDER, headers, loads
+from .._core import RECORDER, headers, loads, raised_error
 from .._core import otel as _otel
 from .._hosts import Runtime
 from .._shape import run_ranks, runs_count
@@ -27,28 +28,40 @@ if TYPE_CHECKING:
     from .._transport import Connection
     from ._actor_mesh import ActorMesh
 
-__all__ = ["PlannedGather", "PlannedReduce", "plan_for"]
+__all__ = ["PlannedGather", "PlannedReduce", "by_plan", "may_plan"]
 
 
-def plan_for(mesh: ActorMesh[Any]) -> Plan | None:
-    """The plan a call to ``mesh`` goes by now; ``None``: it goes process by process
-    (a slice, a mesh not behind a tree of agents, one with dead or restarting ranks,
-    tracing on)."""
+def may_plan(mesh: ActorMesh[Any]) -> bool:
+    """Whether a call to ``mesh`` may go by a plan now (cheap: no lock, nothing made): not
+    a slice, no dead rank, not stopped, tracing off, and not known to have no plan."""
     view = mesh._view_cache
     if view is None:
         view = mesh._message_view() or ()
     state = mesh._state
     if view != () or state.dead or state.stopped or _otel.ACTIVE:
-        return None
+        return False
     known = state.plan
-    if known is not None and known[0].topology == known[1]:
-        plan: Plan | None = known[2]
-        return plan
-    runtime = Runtime.get()
-    version = runtime.topology
-    plan = runtime.cast_plans.make(mesh._ref.mesh_id, mesh._routes(), version)
-    state.plan = (runtime, version, plan)
-    return plan
+    return known is None or known[2] is not None or known[0].topology != known[1]
+
+
+def by_plan(mesh: ActorMesh[Any], send: Callable[[Plan], bool]) -> bool:
+    """``send(plan)`` with the plan a call to the whole ``mesh`` goes by now (made again
+    if the topology changed since it was); False when there is none or ``send`` says no.
+
+    One lock per mesh holds from choosing the plan to the last frame of the call: calls
+    from several threads then leave by the plan they chose in the order they chose it, so
+    none goes out by a plan the agents have already replaced."""
+    state = mesh._state
+    with state.plan_lock:
+        known = state.plan
+        if known is not None and known[0].topology == known[1]:
+            plan: Plan | None = known[2]
+        else:
+            runtime = Runtime.get()
+            version = runtime.topology
+            plan = runtime.cast_plans.make(mesh._ref.mesh_id, mesh._routes(), version)
+            state.plan = (runtime, version, plan)
+        return plan is not None and send(plan)
 
 
 class _ByPlan(_Request):
@@ -70,7 +83,7 @@ class _ByPlan(_Request):
     def outstanding(self, value: dict[int, Connection | None]) -> None:
         self._out = value
 
-    def send_planned(self, plan: Plan, parts: list[Any]) -> bool:
+    def send_planned(self, plan: Plan, *, parts: list[Any]) -> bool:
         """Send the call by ``plan``; False (nothing sent) when it must go process by
         process after all: an idempotent endpoint (resent per process), a reply route
         to a process on this host, or a process lost since the plan was made."""
@@ -121,6 +134,21 @@ class _ByPlan(_Request):
         self._completed()
         return True
 
+    def _unplanned(self, parts: list[memoryview]) -> bool:
+        """An agent did not know the plan the call went by (never expected: plans go
+        down ahead of their casts, one mesh's casts one at a time): the call fails with
+        its error at once rather than wait for ranks nobody called."""
+        error = raised_error(parts[0])
+        out, started = self.outstanding, self.started
+        for rank in tuple(out):
+            del out[rank]
+            since = started.pop(rank, None)
+            if since is not None:
+                self.state.finished(rank, since, False)
+            self._error(rank, error)
+        self._completed()
+        return True
+
     def on_lost(self, conn: Connection, reason: str) -> bool:
         if self._out is None:
             if id(conn) not in self.plan.conns:
@@ -150,6 +178,8 @@ class PlannedGather(_ByPlan, _Gather):
     """``call`` to a whole mesh, by its plan."""
 
     def on_reply(self, rank: int, ok: bool, parts: list[memoryview]) -> bool:
+        if rank == headers.UNPLANNED:
+            return self._unplanned(parts)
         if self._out is None and ok and rank >= 0:
             values = self.values
             if rank in values:
@@ -179,6 +209,8 @@ class PlannedReduce(_ByPlan, _Reduce):
         self.covered: list[Any] = []  # the runs of ranks of each partial result
 
     def on_reply(self, rank: int, ok: bool, parts: list[memoryview]) -> bool:
+        if rank == headers.UNPLANNED:
+            return self._unplanned(parts)
         if self._out is None and rank == headers.PARTIAL:
             try:
                 runs, value = loads(parts[0], parts[1:])

@@ -155,6 +155,7 @@ __all__ = [
     "StopMesh",
     "TREE_CAST",
     "TreeCast",
+    "UNPLANNED",
     "View",
     "decode",
     "encode",
@@ -172,6 +173,8 @@ TREE_CAST, ROUTE, CAST_PLAN, PLANNED_CAST = range(20, 24)
 
 # The rank of a reply that stands for several ranks: ``(runs of ranks, combined value)``.
 PARTIAL = -2
+# The rank of an agent's error reply to a PlannedCast whose plan it does not know.
+UNPLANNED = -4
 
 Ranks = tuple[int, ...]
 # A called slice's shape: its dimension labels, sizes, and the ranks it holds, packed

@@ -105,6 +105,12 @@ class _OwnerStream(io.TextIOBase):
         return len(text)
 
 
+# Cast plans an agent keeps (_learn_plan): the newest few of each mesh (a cast may go by
+# one a moment older than the newest), and of that many meshes, the most recent.
+_PLANS_PER_MESH = 4
+_MESHES_PLANNED = 4096
+
+
 class Agent:
     """The service a host agent process runs on its runtime (see the module docstring).
 
@@ -128,9 +134,9 @@ class Agent:
         # Workers by the address the owner knows them by (their TCP address).
         self._workers: dict[str, ChildProcess] = {}
         self._batches: dict[int, Batch] = {}
-        # Each mesh's cast plan (_cast_plan): its id, this host's workers (address,
-        # ranks), and the child agents its casts go on to.
-        self._plans: dict[str, tuple[int, list[headers.PlanTarget], list[str]]] = {}
+        # The cast plans of each mesh (_cast_plan), the newest few, by number: this
+        # host's workers (address, ranks), and the child agents its casts go on to.
+        self._plans: dict[str, dict[int, tuple[list[headers.PlanTarget], list[str]]]] = {}
         # The agents this one relays to in a tree of agents (dialled on first use).
         self._peers = Peers(runtime, self._peer_lost)
         # Its heartbeats to its child agents, when the controller leaves them to it.
@@ -329,7 +335,13 @@ class Agent:
     ) -> None:
         """Keep a mesh's cast plan (this host's part), and pass each child its own."""
         mesh_id, plan, targets, below = headers.read(headers.CastPlan, header)
-        self._plans[mesh_id] = (plan, targets, [address for address, _, _ in below])
+        known = self._plans.pop(mesh_id, {})  # (re-inserted: the dict is oldest first)
+        known[plan] = (targets, [address for address, _, _ in below])
+        while len(known) > _PLANS_PER_MESH:
+            del known[min(known)]
+        self._plans[mesh_id] = known
+        while len(self._plans) > _MESHES_PLANNED:
+            del self._plans[next(iter(self._plans))]
         for address, their_targets, their_below in below:
             forward = headers.CastPlan(mesh_id, plan, their_targets, their_below)
             self._peers.send(address, [headers.encode(forward)])
@@ -340,14 +352,11 @@ class Agent:
         """A call to a whole mesh by its plan: this host's workers get their headers made
         here, the child agents the frame as it came."""
         cast = headers.read(headers.PlannedCast, header)
-        known = self._plans.get(cast.mesh_id)
-        if known is None or known[0] != cast.plan:
-            # The plan always goes down the same links ahead of its casts, and a newer
-            # one replaces it only after the tree changed (when the owner fails what was
-            # under way through the part that changed): a frame out of that order.
-            log.warning("dropping a cast by plan %s of mesh %s: unknown", cast.plan, cast.mesh_id)
+        known = self._plans.get(cast.mesh_id, {}).get(cast.plan)
+        if known is None:
+            self._unplanned(cast)
             return
-        _, mine, children = known
+        mine, children = known
         call = headers.Call(cast.req_id, cast.mesh_id, (), cast.endpoint, None, cast.port)
         targets = [
             (address, ranks, headers.encode(call._replace(ranks=ranks)))
@@ -358,6 +367,25 @@ class Agent:
         self._deliver(conn, cast.gather, targets, cast.combine, shared, children, subtree=True)
         for address in children:
             self._peers.send(address, parts)
+
+    def _unplanned(self, cast: headers.PlannedCast) -> None:
+        """A cast by a plan this agent does not know. Plans go down the same links ahead
+        of their casts, and the owner casts by one plan at a time per mesh, so this is a
+        defect: the owner hears of it (a gathering call fails, naming this host) rather
+        than wait for a subtree that was never called."""
+        why = (
+            f"the host agent on {self.info.get('host', '?')} does not know plan "
+            f"{cast.plan} of mesh {cast.mesh_id} (it knows "
+            f"{sorted(self._plans.get(cast.mesh_id, {}))})"
+        )
+        log.error("dropping a cast by plan: %s", why)
+        if cast.gather:
+            payload = error_payload(
+                RuntimeError(why), mesh=cast.mesh_id, point={}, endpoint=cast.endpoint
+            )
+            reply = headers.Reply(cast.gather, headers.UNPLANNED, False)
+            with contextlib.suppress(TransportClosed):
+                self._owner.send([headers.encode(reply), payload])
 
     def _deliver(
         self,

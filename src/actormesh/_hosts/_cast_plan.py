@@ -24,7 +24,6 @@ restarted, or one not behind a single tree of agents goes the usual way.
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -68,24 +67,21 @@ class Plan:
         self.count = sum(len(ranks) for _, _, ranks in routes)
         self.tcp = all(is_tcp(route(path)) for path, _, _ in routes)
         self.taught = False  # its CastPlan frames went down the tree
-        self._teaching = threading.Lock()
 
     def teach(self) -> Failed:
-        """Send each child of the controller its branch of the plan, once (any thread:
-        a second caller waits until the first's frames are out, ahead of its cast)."""
+        """Send each child of the controller its branch of the plan, once. (The caller
+        holds its mesh's plan lock, ``_api/_planned.by_plan``: one thread at a time
+        teaches a mesh's plan and casts by it.)"""
         if self.taught:
             return []
         failed: Failed = []
-        with self._teaching:
-            if self.taught:
-                return []
-            for link, targets, below in self.tops:
-                header = headers.CastPlan(self.mesh_id, self.ident, targets, below)
-                try:
-                    link.conn.send([headers.encode(header)])
-                except TransportClosed as error:
-                    failed.append((tuple(_ranks_of(targets, below)), str(error)))
-            self.taught = True
+        for link, targets, below in self.tops:
+            header = headers.CastPlan(self.mesh_id, self.ident, targets, below)
+            try:
+                link.conn.send([headers.encode(header)])
+            except TransportClosed as error:
+                failed.append((tuple(_ranks_of(targets, below)), str(error)))
+        self.taught = True
         return failed
 
     def cast(
