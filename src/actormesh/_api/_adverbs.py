@@ -124,6 +124,8 @@ class Adverbs:
         failed: list[tuple[tuple[int, ...], str]] = []
 
         def cast(plan: Plan) -> bool:
+            if plan.by_chain(parts):
+                return False
             failed.extend(plan.cast(0, ep.name, parts, port=port))
             return True
 

@@ -86,8 +86,11 @@ class _ByPlan(_Request):
     def send_planned(self, plan: Plan, *, parts: list[Any]) -> bool:
         """Send the call by ``plan``; False (nothing sent) when it must go process by
         process after all: an idempotent endpoint (resent per process), a reply route
-        to a process on this host, or a process lost since the plan was made."""
+        to a process on this host, large parts that go down a chain of agents of one
+        level, or a process lost since the plan was made."""
         if self.resend is not None or (self.route is not None and not plan.tcp):
+            return False
+        if plan.by_chain(parts):
             return False
         runtime, state = self.runtime, self.state
         self.plan = plan

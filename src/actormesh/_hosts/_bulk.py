@@ -211,6 +211,11 @@ class Bulk:
             left.extend(kept)
         return left
 
+    def chains(self, parts: Sequence[Any]) -> bool:
+        """Whether a cast of ``parts`` to the workers of several agents of one level
+        sends them down a chain of agents (``cast``)."""
+        return bool(self.runtime.config.bulk_threshold) and self._large(parts)
+
     def _large(self, parts: Sequence[Any]) -> bool:
         """Whether the large parts of ``parts`` are worth a transfer."""
         config = self.runtime.config

@@ -1,5 +1,5 @@
-"""Casts by plan: a call to a whole mesh behind a tree of agents, at a cost that does not
-grow with the mesh.
+"""Casts by plan: a call to a whole mesh behind host agents, at a cost that does not grow
+with the mesh.
 
 A cast through a tree (``_cast_tree``) names every worker and its ranks, each with its
 own header, in the frames the controller builds: its cost grows with the actors, however
@@ -11,14 +11,18 @@ leaves the controller as one ``PlannedCast`` per child of the controller: the ca
 fields without any rank (the request id, the endpoint, a port), and the arguments. Each
 agent makes its own workers' headers and forwards the frame to its children as it came.
 The controller's cost of a cast is then one small frame per child: ``k``, whatever the
-number of hosts.
+number of hosts. Agents of one level (a host mesh of at most ``k`` hosts) get plans too:
+each is a child of the controller with no children of its own. There, a cast whose large
+parts would go down a chain of agents (``_bulk``) is not cast by plan
+(``Plan.by_chain``).
 
 A plan is made on the first call and kept while nothing changes: every lost connection,
 process marked dead or revived, and every agent lost from the tree bumps the runtime's
 ``topology`` count, and a plan made at an older count is made again (the caller keeps
 it: ``_api/_planned``).
 Only the whole mesh, as spawned, is cast by plan; a slice, a mesh with a process being
-restarted, or one not behind a single tree of agents goes the usual way.
+restarted, or one not behind host agents alone (all of one tree, or all of one level)
+goes the usual way.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class Plan:
         version: int,
         tops: list[tuple[AgentLink, list[headers.PlanTarget], list[headers.PlanBranch]]],
         routes: list[tuple[str, Connection, tuple[int, ...]]],
+        chains: Callable[[Sequence[Buffer]], bool] | None = None,
     ) -> None:
         self.mesh_id = mesh_id
         self.ident = ident
@@ -67,6 +72,12 @@ class Plan:
         self.count = sum(len(ranks) for _, _, ranks in routes)
         self.tcp = all(is_tcp(route(path)) for path, _, _ in routes)
         self.taught = False  # its CastPlan frames went down the tree
+        self._chains = chains
+
+    def by_chain(self, parts: Sequence[Buffer]) -> bool:
+        """Whether a cast of ``parts`` should go down a chain of agents instead (agents
+        of one level, parts large enough for a bulk transfer)."""
+        return self._chains is not None and self._chains(parts)
 
     def teach(self) -> Failed:
         """Send each child of the controller its branch of the plan, once. (The caller
@@ -118,13 +129,19 @@ class CastPlans:
     Args:
         connection: the connection to a process path (``CoreRuntime.connection``).
         relaunching: whether the process at a path is being restarted.
+        chains: whether a cast of some parts to agents of one level goes down a chain of
+            them (``Bulk.chains``).
     """
 
     def __init__(
-        self, connection: Callable[[str], Connection], relaunching: Callable[[str], bool]
+        self,
+        connection: Callable[[str], Connection],
+        relaunching: Callable[[str], bool],
+        chains: Callable[[Sequence[Buffer]], bool],
     ) -> None:
         self._connection = connection
         self._relaunching = relaunching
+        self._chains = chains
         self._ids = itertools.count(1)
 
     def make(
@@ -133,8 +150,9 @@ class CastPlans:
         """The plan of the whole mesh ``mesh_id`` (``routes``: its ``(path, ranks)``),
         made at ``version`` of the runtime's topology; ``None`` when it is not cast by
         plan (see the module docstring)."""
-        tree = None
-        by_position: dict[int, list[headers.PlanTarget]] = {}
+        trees = set()
+        by_position: dict[int, list[headers.PlanTarget]] = {}  # in a tree
+        by_link: dict[int, tuple[AgentLink, list[headers.PlanTarget]]] = {}  # one level
         found: list[tuple[str, Connection, tuple[int, ...]]] = []
         for path, ranks in routes:
             if self._relaunching(path):
@@ -145,14 +163,19 @@ class CastPlans:
                 return None
             if not isinstance(conn, RelayConnection) or conn.closed:
                 return None
-            if conn.link.tree is None or (tree is not None and conn.link.tree is not tree):
-                return None
             tree = conn.link.tree
-            by_position.setdefault(tree.position(conn.link), []).append((conn.peer, ranks))
+            trees.add(id(tree))
+            if tree is None:
+                by_link.setdefault(id(conn.link), (conn.link, []))[1].append((conn.peer, ranks))
+            else:
+                by_position.setdefault(tree.position(conn.link), []).append((conn.peer, ranks))
             found.append((path, conn, ranks))
-        if tree is None or len(found) < 2:
-            return None
+        if len(trees) != 1 or len(found) < 2:
+            return None  # (nothing to plan, or agents of several trees, or of a tree and not)
         tops: list[tuple[AgentLink, list[headers.PlanTarget], list[headers.PlanBranch]]]
+        if tree is None:
+            tops = [(link, targets, []) for link, targets in by_link.values()]
+            return Plan(mesh_id, next(self._ids), version, tops, found, self._chains)
         tops = tree.branches(by_position)
         return Plan(mesh_id, next(self._ids), version, tops, found)
 

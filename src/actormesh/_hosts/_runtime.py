@@ -12,8 +12,8 @@ assembly of parts, each a module of its own that gets only what it needs from th
 - ``router`` (``_agent_router.AgentRouter``): ``send_frames``, a call's frames batched
   per agent (``CAST``, ``TREE_CAST``, bulk);
 - ``bulk`` (``_bulk.Bulk``): large parts of casts down a chain of agents;
-- ``cast_plans`` (``_cast_plan.CastPlans``): whole-mesh casts into a tree of agents, at a
-  cost that does not grow with the mesh;
+- ``cast_plans`` (``_cast_plan.CastPlans``): whole-mesh casts to host agents, at a cost
+  that does not grow with the mesh;
 - the job event log (``events``) and the merger of output lines (``output_lines``).
 """
 
@@ -58,7 +58,7 @@ class Runtime(CoreRuntime):
         # (bound here, not wrapped: it is on every call's path)
         self.send_frames = self.router.send_frames
         # Whole-mesh casts through a tree of agents, by plan (_cast_plan).
-        self.cast_plans = CastPlans(self.connection, self.children.relaunching)
+        self.cast_plans = CastPlans(self.connection, self.children.relaunching, self.bulk.chains)
         self._aggregator: LineAggregator | None = None
         # Breakpoints in workers: passed up to the owner (a controller puts its own
         # debugger hub here, see actormesh._observe).
