@@ -54,9 +54,13 @@ class Echo(Actor):
         return value
 
 
+# What carries a cast out of the controller.
+_CAST_KINDS = (headers.CALL, headers.CAST, headers.RELAY, headers.TREE_CAST, headers.PLANNED_CAST)
+
+
 def _frames_per_cast(mesh: ActorMesh[Echo]) -> int:
-    """Frames the controller sends for one ``call`` to ``mesh`` (CALL, RELAY, CAST or
-    TREE_CAST)."""
+    """Frames the controller sends for one ``call`` to ``mesh`` (CALL, RELAY, CAST,
+    TREE_CAST or PLANNED_CAST)."""
     runtime = Runtime.get()
     sent = 0
     conns = {
@@ -70,7 +74,7 @@ def _frames_per_cast(mesh: ActorMesh[Echo]) -> int:
         def counting(parts: Any, share: Any = None, _send: Callable[..., None] = conn.send) -> None:
             nonlocal sent
             kind = headers.decode(parts[0])[0]
-            if kind in (headers.CALL, headers.CAST, headers.RELAY, headers.TREE_CAST):
+            if kind in _CAST_KINDS:
                 sent += 1
             _send(parts, share)
 
