@@ -111,17 +111,22 @@ def test_each_host_runs_its_processes_behind_its_agent(
         assert json.loads(str(value["env_coords"])) == {"hosts": index // 2, "gpus": index % 2}
 
 
+_CAST_KINDS = (headers.CAST, headers.RELAY, headers.TREE_CAST, headers.PLANNED_CAST)
+
+
 def test_a_cast_costs_the_controller_one_frame_per_host(where: ActorMesh[Where]) -> None:
     runtime = Runtime.get()
     counts: dict[str, int] = {}
+    kinds: set[int] = set()
     originals: dict[Connection, Any] = {}
     for conn, link in runtime.agents.items():
         originals[conn] = conn.send
 
         def counting(parts: Any, _name: str = link.hostname, _send: Any = conn.send) -> None:
             kind = headers.decode(parts[0])[0]
-            if kind in (headers.CAST, headers.RELAY, headers.TREE_CAST):  # not heartbeats
+            if kind in _CAST_KINDS:  # (not heartbeats, nor the plan the first call teaches)
                 counts[_name] = counts.get(_name, 0) + 1
+                kinds.add(kind)
             _send(parts)
 
         conn.send = counting  # type: ignore[method-assign]
@@ -135,6 +140,8 @@ def test_a_cast_costs_the_controller_one_frame_per_host(where: ActorMesh[Where])
     # a fan-out below 3 (ACTORMESH_FAN_OUT), two to each of the controller's children.
     per_cast = min(3, runtime.config.fan_out)
     assert sum(counts.values()) == 2 * per_cast and len(runtime.agents) >= 3
+    # The whole mesh: by its plan, the frames name no process.
+    assert kinds == {headers.PLANNED_CAST}
 
 
 def test_a_reducing_call_brings_the_controller_one_value_per_host(

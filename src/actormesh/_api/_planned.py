@@ -143,11 +143,13 @@ class _ByPlan(_Request):
         its error at once rather than wait for ranks nobody called."""
         error = raised_error(parts[0])
         out, started = self.outstanding, self.started
-        for rank in tuple(out):
-            del out[rank]
+        ranks = tuple(out)
+        out.clear()
+        for rank in ranks:  # (counted out of flight before the caller hears of it)
             since = started.pop(rank, None)
             if since is not None:
                 self.state.finished(rank, since, False)
+        for rank in ranks:
             self._error(rank, error)
         self._completed()
         return True
