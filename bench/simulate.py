@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import inspect
 import json
 import operator
@@ -38,6 +39,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -163,6 +165,13 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     result["memory_per_host_bytes"] = (_rss_bytes() - rss) / hosts_count
     result["gathered"] = len(first)
     result["gathered_ranks_ok"] = sorted(first.values()) == list(range(actors))
+    # On real hosts the agents' objects live in their own processes: here they would make
+    # every full collection of this one scan millions of objects, on whichever thread
+    # happens to trigger it (the controller's loop, often). Frozen out of the collector,
+    # as everything made so far; what the casts make is collected as usual.
+    del first
+    gc.collect()
+    gc.freeze()
 
     # Casts: controller CPU (calling thread + loop thread), agents' CPU, wall: a call
     # that gathers every value, a reducing call, and a broadcast (nothing comes back).
@@ -181,6 +190,8 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     result.update(_timed("cast", gather, count, clocks))
     result.update(_timed("reduce", reduce, count, clocks))
     result.update(_timed("broadcast", mesh.echo.broadcast, count, clocks))
+    for name, cast in (("cast", gather), ("reduce", reduce), ("broadcast", mesh.echo.broadcast)):
+        result[f"{name}_calls"] = _calls_made(runtime.loop, cast)
     mesh.echo.call(0).get(timeout=args.spawn_timeout)  # (the broadcasts are through)
     tally.on = True
     counted = mesh.echo.call(2).get(timeout=args.spawn_timeout)
@@ -241,6 +252,40 @@ def _timed(name: str, cast: Any, count: int, clocks: tuple[int, int]) -> dict[st
         f"{name}_cpu_controller_us": statistics.median(r[1] + r[2] for r in rows) * 1e6,
         f"{name}_cpu_agents_us": statistics.median(r[3] for r in rows) * 1e6,
     }
+
+
+def _calls_made(loop: Any, cast: Any) -> int:
+    """The Python and C functions the controller's calling thread and loop thread call
+    for one ``cast(0)`` (``sys.setprofile`` on both): the controller's own work, counted
+    rather than timed, so the simulated agents that share this interpreter (its lock, its
+    collector) cannot blur it."""
+    counts = {"caller": 0, "loop": 0}
+
+    def counter(thread: str) -> Any:
+        def count(frame: Any, event: str, arg: Any) -> None:
+            if event in ("call", "c_call"):
+                counts[thread] += 1  # (each thread its own key: no lost updates)
+
+        return count
+
+    def on_loop(profile: Any) -> None:
+        done = threading.Event()
+
+        def install() -> None:
+            sys.setprofile(profile)
+            done.set()
+
+        loop.call_soon_threadsafe(install)
+        done.wait(60)
+
+    on_loop(counter("loop"))
+    sys.setprofile(counter("caller"))
+    try:
+        cast(0)
+    finally:
+        sys.setprofile(None)
+        on_loop(None)
+    return counts["caller"] + counts["loop"]
 
 
 def _slice_cast(args: argparse.Namespace, mesh: Any, sim: Any, count: int) -> dict[str, Any]:
@@ -382,6 +427,9 @@ ROWS = [
     ("  less heartbeats, µs", "reduce_cpu_net_us", "{:,.0f}"),
     ("reducing call wall, ms (median)", "reduce_wall_ms", "{:,.1f}"),
     ("controller CPU per broadcast, µs (caller + loop)", "broadcast_cpu_controller_us", "{:,.0f}"),
+    ("controller calls per broadcast (Python + C, both threads)", "broadcast_calls", "{:,.0f}"),
+    ("controller calls per reducing call", "reduce_calls", "{:,.0f}"),
+    ("controller calls per gathering call", "cast_calls", "{:,.0f}"),
     ("call + gather wall, ms (median)", "cast_wall_ms", "{:,.1f}"),
     ("bytes sent for a cast to all hosts but one (a slice)", "slice_cast_bytes", "{:,.0f}"),
     ("  calling thread's CPU for it, µs", "slice_cast_caller_cpu_us", "{:,.0f}"),
