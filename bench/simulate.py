@@ -191,7 +191,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     result.update(_timed("reduce", reduce, count, clocks))
     result.update(_timed("broadcast", mesh.echo.broadcast, count, clocks))
     for name, cast in (("cast", gather), ("reduce", reduce), ("broadcast", mesh.echo.broadcast)):
-        result[f"{name}_calls"] = _calls_made(runtime.loop, cast)
+        result[f"{name}_calls"], result[f"{name}_calls_wall_s"] = _calls_made(runtime.loop, cast)
     mesh.echo.call(0).get(timeout=args.spawn_timeout)  # (the broadcasts are through)
     tally.on = True
     counted = mesh.echo.call(2).get(timeout=args.spawn_timeout)
@@ -204,8 +204,9 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     # The controller idle: what watching the agents (heartbeats) costs it per second.
     tally.on = True
     loop0, wall0 = _thread_cpu(loop_ident), time.perf_counter()
-    time.sleep(args.idle)
+    calls, _ = _calls_made(runtime.loop, lambda i: time.sleep(args.idle))
     idle_wall = time.perf_counter() - wall0
+    result["idle_calls_per_s"] = calls / idle_wall
     result["idle_cpu_loop_us_per_s"] = (_thread_cpu(loop_ident) - loop0) / idle_wall * 1e6
     tally.on = False
     idle = take_tally()
@@ -254,11 +255,12 @@ def _timed(name: str, cast: Any, count: int, clocks: tuple[int, int]) -> dict[st
     }
 
 
-def _calls_made(loop: Any, cast: Any) -> int:
+def _calls_made(loop: Any, cast: Any) -> tuple[int, float]:
     """The Python and C functions the controller's calling thread and loop thread call
-    for one ``cast(0)`` (``sys.setprofile`` on both): the controller's own work, counted
-    rather than timed, so the simulated agents that share this interpreter (its lock, its
-    collector) cannot blur it."""
+    for one ``cast(0)`` (``sys.setprofile`` on both), and its wall time: the controller's
+    own work, counted rather than timed, so the simulated agents that share this
+    interpreter (its lock, its collector) cannot blur it. (The heartbeats the loop
+    answers meanwhile count too: ``_derive`` takes them out at their idle rate.)"""
     counts = {"caller": 0, "loop": 0}
 
     def counter(thread: str) -> Any:
@@ -280,12 +282,14 @@ def _calls_made(loop: Any, cast: Any) -> int:
 
     on_loop(counter("loop"))
     sys.setprofile(counter("caller"))
+    started = time.perf_counter()
     try:
         cast(0)
     finally:
         sys.setprofile(None)
+        wall = time.perf_counter() - started
         on_loop(None)
-    return counts["caller"] + counts["loop"]
+    return counts["caller"] + counts["loop"], wall
 
 
 def _slice_cast(args: argparse.Namespace, mesh: Any, sim: Any, count: int) -> dict[str, Any]:
@@ -428,8 +432,12 @@ ROWS = [
     ("reducing call wall, ms (median)", "reduce_wall_ms", "{:,.1f}"),
     ("controller CPU per broadcast, µs (caller + loop)", "broadcast_cpu_controller_us", "{:,.0f}"),
     ("controller calls per broadcast (Python + C, both threads)", "broadcast_calls", "{:,.0f}"),
+    ("  less heartbeats (at the idle rate)", "broadcast_calls_net", "{:,.0f}"),
     ("controller calls per reducing call", "reduce_calls", "{:,.0f}"),
+    ("  less heartbeats (at the idle rate)", "reduce_calls_net", "{:,.0f}"),
     ("controller calls per gathering call", "cast_calls", "{:,.0f}"),
+    ("  less heartbeats (at the idle rate)", "cast_calls_net", "{:,.0f}"),
+    ("controller calls per second idle (heartbeats)", "idle_calls_per_s", "{:,.0f}"),
     ("call + gather wall, ms (median)", "cast_wall_ms", "{:,.1f}"),
     ("bytes sent for a cast to all hosts but one (a slice)", "slice_cast_bytes", "{:,.0f}"),
     ("  calling thread's CPU for it, µs", "slice_cast_caller_cpu_us", "{:,.0f}"),
@@ -480,6 +488,10 @@ def _derive(result: dict[str, Any]) -> None:
     result["cast_cpu_loop_net_us"] = max(0.0, result["cast_cpu_loop_us"] - heartbeats)
     result["cast_cpu_net_us"] = result["cast_cpu_caller_us"] + result["cast_cpu_loop_net_us"]
     result["cpu_per_host_us"] = result["cast_cpu_net_us"] / result["hosts"]
+    for name in ("cast", "reduce", "broadcast"):
+        if f"{name}_calls" in result and "idle_calls_per_s" in result:
+            beats = result["idle_calls_per_s"] * result[f"{name}_calls_wall_s"]
+            result[f"{name}_calls_net"] = max(0.0, result[f"{name}_calls"] - beats)
     if "reduce_cpu_loop_us" in result:  # (results of builds before reduce was measured)
         beats = result["idle_cpu_loop_us_per_s"] * result["reduce_wall_ms"] / 1e3
         loop = max(0.0, result["reduce_cpu_loop_us"] - beats)

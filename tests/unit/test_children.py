@@ -84,7 +84,9 @@ class _Below:
     def revive(self, path: str) -> None:
         self.dead.pop(path, None)
 
-    def fail_connection(self, conn: Connection, reason: str) -> None:
+    def fail_connection(
+        self, conn: Connection, reason: str, routed_before: int | None = None
+    ) -> None:
         self.failed.append((conn, reason))
 
     def record_event(self, kind: str, **fields: Any) -> None:

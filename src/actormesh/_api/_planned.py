@@ -105,6 +105,7 @@ class _ByPlan(_Request):
             return False
         if RECORDER.on:
             self.sent_at = time.monotonic()
+        self.routed_at = plan.version  # (its branches are the tree's as it was then)
         for ranks, reason in plan.cast(
             self.req_id, self.endpoint, parts, gather=self.req_id, combine=self.combine
         ):

@@ -59,6 +59,9 @@ class _Request:
     span: Any = None  # its OpenTelemetry span (``_otel``), when tracing is on
     failed = False  # an answer was an error (the span says so)
     sent_at = 0.0  # when it was sent, for the caller's timeline (``RECORDER``)
+    # The runtime's topology count read just before its frames found their way (see
+    # CoreRuntime.fail_connection): -1, not yet.
+    routed_at = -1
 
     def __init__(self, mesh: ActorMesh[Any], endpoint: str, ranks: tuple[int, ...]) -> None:
         self.runtime = Runtime.get()
@@ -124,6 +127,7 @@ class _Request:
             for path, conn, ranks, parts in ready
         ]
         gather = self.req_id if self.gathers else 0
+        self.routed_at = runtime.topology
         unreachable.extend(runtime.send_frames(outgoing, gather, self.combine))
         for path, ranks, parts in held:
             self._hold(path, ranks, parts)

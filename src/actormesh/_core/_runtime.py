@@ -672,11 +672,18 @@ class CoreRuntime:
         detail = f": {error}" if error else ""
         self.fail_connection(conn, f"the connection to {conn.peer} was lost{detail}")
 
-    def fail_connection(self, conn: Connection, reason: str) -> None:
+    def fail_connection(
+        self, conn: Connection, reason: str, routed_before: int | None = None
+    ) -> None:
         """Fail what waits on ``conn`` (``ReplyHandler.on_lost``), then tell
-        ``connection_lost``'s listeners."""
+        ``connection_lost``'s listeners. ``routed_before``: fail only the requests whose
+        frames found their way before ``topology`` reached that count (a request says
+        when in ``routed_at``; one that does not is failed): the way to ``conn`` changed
+        then, and the requests routed since went the new way."""
         self.topology += 1
         for req_id, handler in list(self._pending.items()):
+            if routed_before is not None and getattr(handler, "routed_at", -1) >= routed_before:
+                continue
             try:
                 if handler.on_lost(conn, reason):
                     self._pending.pop(req_id, None)

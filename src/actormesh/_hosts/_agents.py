@@ -179,12 +179,16 @@ class Agents:
         assert link.tree is not None
         below, above = link.tree.lost(link)
         self.runtime.topology += 1  # the way to the hosts below it changed
+        # Only calls routed before now can have gone through it: a call routed from now on
+        # (the tree says so already) goes around it, and must not fail with it, however
+        # long ago it was made (a call to thousands of hosts takes a while to route).
+        routed_before = self.runtime.topology
         reason = f"the host agent on {link.where}, which relays to this host, is gone: {how}"
         for other in below:
             for path in list(other.workers):
                 conn = self.runtime.connection_at(path)
                 if conn is not None:
-                    self.runtime.fail_connection(conn, reason)
+                    self.runtime.fail_connection(conn, reason, routed_before)
         address = link.tree.address(link)
         for other in above:
             other.forget_peer(address)
