@@ -1,8 +1,13 @@
-"""A call made while the controller fails the calls that were under way through an
-interior agent that died (the tree routes around it by then) must go around it and
-answer, not fail with the others: at 1,024 simulated hosts that failing takes long
-enough for a program to call again meanwhile. Run by ``test_simulate.py`` in a process
-of its own (the simulation replaces the process' runtime); prints one JSON line."""
+"""Calls made as an interior agent's death is handled must go around it and answer:
+
+- ``during``: one made while the controller fails the calls that were under way through
+  the dead agent (the tree routes around it by then), not failed with them: at 1,024
+  simulated hosts that failing takes long enough for a program to call again meanwhile;
+- ``after``: one made by a program as soon as a call to the dead agent's own host failed
+  (the tree must route around it before anyone hears of its death).
+
+Run by ``test_simulate.py`` in a process of its own (the simulation replaces the
+process' runtime), with the case as its argument; prints one JSON line."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from typing import Any
 
 os.environ.update(ACTORMESH_OUTPUT="off", ACTORMESH_EVENT_LOG="0", ACTORMESH_PROGRESS="never")
 
-from actormesh import Actor, endpoint, host_mesh
+from actormesh import Actor, ActorDiedError, endpoint, host_mesh
 from bench.sim_hosts import LoopThread, SimControllerRuntime, SimulatedHosts
 
 HOSTS, FAN_OUT = 24, 4  # host 0 relays to hosts 4..7, which relay to 20..23
@@ -35,6 +40,46 @@ def main() -> None:
     mesh = hosts.spawn_procs(per_host={"gpus": 2}).spawn("echo", Echo)
     assert len(mesh.echo.call(0).get(timeout=120)) == 2 * HOSTS
     below = mesh.slice(hosts=slice(4, 8))  # under host 0
+    host = sim.host_of(hosts._hosts.links[0])
+    outcome: dict[str, Any] = {}
+    try:
+        if sys.argv[1] == "during":
+            outcome["answered"] = _call_during(runtime, host, below)
+        else:
+            outcome.update(_call_after(hosts._hosts.links[0], host, mesh, below))
+    except Exception as error:
+        outcome["error"] = f"{type(error).__name__}: {error}"[:500]
+    print(json.dumps(outcome), flush=True)
+    os._exit(0)  # (the simulated agents' thread is not joined)
+
+
+def _call_after(link: Any, host: Any, mesh: Any, below: Any) -> dict[str, Any]:
+    routed = threading.Event()
+    lost = type(link).lost
+
+    def lost_then_hold(self: Any, how: str) -> None:
+        lost(self, how)  # (fails its host's own ranks: the program below wakes)
+        if self is link:
+            # Hold the loop here until the program has sent its next call: whatever the
+            # controller still had to do about the death must be done by now.
+            routed.wait(30)
+
+    type(link).lost = lost_then_hold
+    host.freeze()  # (its own call below waits until it dies)
+    own = mesh.slice(hosts=0).echo.call(1)
+    host.die()
+    outcome: dict[str, Any] = {}
+    try:
+        own.get(timeout=60)
+    except ActorDiedError:
+        outcome["own_failed"] = True
+    after = below.echo.call(5)  # (sent from here, now)
+    routed.set()
+    outcome["answered"] = list(after.get(timeout=60).values())
+    return outcome
+
+
+def _call_during(runtime: Any, host: Any, below: Any) -> list[Any]:
     made: list[Any] = []
     called = threading.Event()
     fail_connection = runtime.fail_connection
@@ -47,16 +92,10 @@ def main() -> None:
             called.set()
         fail_connection(conn, reason, routed_before)
 
-    runtime.fail_connection = call_while_failing  # type: ignore[method-assign]
-    sim.host_of(hosts._hosts.links[0]).die()
-    outcome: dict[str, Any] = {}
-    try:
-        assert called.wait(60), "the agent's death was not handled"
-        outcome["answered"] = list(made[0].get(timeout=60).values())
-    except Exception as error:
-        outcome["error"] = f"{type(error).__name__}: {error}"[:500]
-    print(json.dumps(outcome), flush=True)
-    os._exit(0)  # (the simulated agents' thread is not joined)
+    runtime.fail_connection = call_while_failing
+    host.die()
+    assert called.wait(60), "the agent's death was not handled"
+    return list(made[0].get(timeout=60).values())
 
 
 if __name__ == "__main__":

@@ -49,9 +49,11 @@ class Agents:
         """``process`` died (loop thread); a host agent's workers went with it."""
         link = self.links.pop(process.conn, None)
         if link is not None:  # a host agent: its workers went with it
-            link.lost(how)
             if link.tree is not None:
+                # First the tree routes around it: a program woken by the death of this
+                # host's ranks (just below) and calling again must not go through it.
                 self._tree_agent_lost(link, how)
+            link.lost(how)
 
     def adopt_agent(self, joined: Joined, kill: Callable[[], None] | None = None) -> AgentLink:
         """Own a host agent that joined (loop thread); its heartbeats are watched."""
