@@ -62,8 +62,9 @@ def test_a_cast_costs_one_frame_per_local_host(hosts: HostMesh) -> None:
             originals[conn] = conn.send
 
             def counting(parts: Any, _send: Any = conn.send) -> None:
-                if headers.decode(parts[0])[0] in (headers.CAST, headers.RELAY):
-                    counts.append(1)
+                kind = headers.decode(parts[0])[0]
+                if kind in (headers.CAST, headers.RELAY, headers.PLANNED_CAST):
+                    counts.append(kind)
                 _send(parts)
 
             conn.send = counting
@@ -72,7 +73,8 @@ def test_a_cast_costs_one_frame_per_local_host(hosts: HostMesh) -> None:
         finally:
             for conn, send in originals.items():
                 conn.send = send
-        assert len(counts) == 2
+        # One frame per host: the whole mesh goes by its plan (naming no process).
+        assert counts == [headers.PLANNED_CAST] * 2
 
 
 def test_killing_the_controller_ends_its_local_agents_and_their_workers() -> None:
