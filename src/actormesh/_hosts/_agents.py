@@ -49,11 +49,18 @@ class Agents:
         """``process`` died (loop thread); a host agent's workers went with it."""
         link = self.links.pop(process.conn, None)
         if link is not None:  # a host agent: its workers went with it
-            if link.tree is not None:
-                # First the tree routes around it: a program woken by the death of this
-                # host's ranks (just below) and calling again must not go through it.
-                self._tree_agent_lost(link, how)
+            if link.tree is None:
+                link.lost(how)
+                return
+            # The tree routes around it first: a program woken by the death of this
+            # host's ranks (link.lost) and calling again must not go through it. Its own
+            # ranks are marked dead then, before the calls below it fail: a program woken
+            # by those finds them dead, with why.
+            below, above = link.tree.lost(link)
+            self.runtime.topology += 1  # the way to the hosts below it changed
+            routed_before = self.runtime.topology
             link.lost(how)
+            self._tree_agent_lost(link, how, below, above, routed_before)
 
     def adopt_agent(self, joined: Joined, kill: Callable[[], None] | None = None) -> AgentLink:
         """Own a host agent that joined (loop thread); its heartbeats are watched."""
@@ -174,17 +181,21 @@ class Agents:
         if link.process.alive():
             self.children.monitor().track(link.process)
 
-    def _tree_agent_lost(self, link: AgentLink, how: str) -> None:
-        """An agent of a tree died (loop thread): calls under way to the hosts below it
-        fail, naming it (their frames and replies went through it), and the agents above
-        it hang up on it (a cut link would leave them waiting)."""
+    def _tree_agent_lost(
+        self,
+        link: AgentLink,
+        how: str,
+        below: list[AgentLink],
+        above: list[AgentLink],
+        routed_before: int,
+    ) -> None:
+        """An agent of a tree died and the tree routes around it since the runtime's
+        topology reached ``routed_before`` (loop thread): calls routed before it to the
+        hosts ``below`` fail, naming it (their frames and replies went through it), and
+        the agents ``above`` it hang up on it (a cut link would leave them waiting). A
+        call routed since went around it and must not fail with it, however long ago it
+        was made (a call to thousands of hosts takes a while to route)."""
         assert link.tree is not None
-        below, above = link.tree.lost(link)
-        self.runtime.topology += 1  # the way to the hosts below it changed
-        # Only calls routed before now can have gone through it: a call routed from now on
-        # (the tree says so already) goes around it, and must not fail with it, however
-        # long ago it was made (a call to thousands of hosts takes a while to route).
-        routed_before = self.runtime.topology
         reason = f"the host agent on {link.where}, which relays to this host, is gone: {how}"
         for other in below:
             for path in list(other.workers):
