@@ -73,8 +73,11 @@ def test_a_cast_costs_one_frame_per_local_host(hosts: HostMesh) -> None:
         finally:
             for conn, send in originals.items():
                 conn.send = send
-        # One frame per host: the whole mesh goes by its plan (naming no process).
-        assert counts == [headers.PLANNED_CAST] * 2
+        # One frame per host: by the mesh's plan, or, once this thread's calls have a
+        # reply route to processes of this host (after its first few calls), a CAST
+        # naming each process, so that their replies can come on that route.
+        assert len(counts) == 2 and len(set(counts)) == 1
+        assert counts[0] in (headers.PLANNED_CAST, headers.CAST)
 
 
 def test_killing_the_controller_ends_its_local_agents_and_their_workers() -> None:

@@ -65,15 +65,7 @@ class Adverbs:
         self, ep: Endpoint[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Future[Any]:
         parts = self._prepare(ep, args, kwargs)
-        if may_plan(self.mesh):
-            planned = PlannedGather(self.mesh, ep.name)
-            if by_plan(self.mesh, functools.partial(planned.send_planned, parts=parts)):
-                return planned.future
-            request: _Gather = planned  # (no plan after all: it goes process by process)
-        else:
-            request = _Gather(self.mesh, ep.name)
-        request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])
-        return request.future
+        return self._to_every_rank(parts, PlannedGather, _Gather, ep.name)
 
     def reduce(
         self,
@@ -83,13 +75,25 @@ class Adverbs:
         kwargs: dict[str, Any],
     ) -> Future[Any]:
         parts = self._prepare(ep, args, kwargs)
+        return self._to_every_rank(parts, PlannedReduce, _Reduce, ep.name, combine)
+
+    def _to_every_rank(
+        self,
+        parts: list[Any],
+        planned: type[PlannedGather] | type[PlannedReduce],
+        plain: type[_Gather],
+        *made_with: Any,
+    ) -> Future[Any]:
+        """Send a call to every rank of this handle, by the mesh's plan if it has one
+        (``planned(mesh, *made_with)``), else process by process (``plain(...)``)."""
+        request: _Gather
         if may_plan(self.mesh):
-            planned = PlannedReduce(self.mesh, ep.name, combine)
-            if by_plan(self.mesh, functools.partial(planned.send_planned, parts=parts)):
-                return planned.future
-            request: _Reduce = planned  # (no plan after all: it goes process by process)
+            request = planned(self.mesh, *made_with)
+            if by_plan(self.mesh, functools.partial(request.send_planned, parts=parts)):
+                return request.future
+            # (no plan after all: it goes process by process)
         else:
-            request = _Reduce(self.mesh, ep.name, combine)
+            request = plain(self.mesh, *made_with)
         request.send([(path, ranks, parts) for path, ranks in self.mesh._routes()])
         return request.future
 

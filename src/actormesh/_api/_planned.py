@@ -120,12 +120,7 @@ class _ByPlan(_Request):
         """Follow every rank that has not answered, one by one, from now on (loop
         thread)."""
         answered = self._answered_ranks()
-        out: dict[int, Connection | None] = {
-            rank: conn
-            for _, conn, ranks in self.plan.routes
-            for rank in ranks
-            if rank not in answered
-        }
+        out = self._waiting(answered)
         self.state.whole_to_ranks(self.whole_started, answered, out)
         self.started = dict.fromkeys(out, self.whole_started)
         self._out = out
@@ -168,10 +163,12 @@ class _ByPlan(_Request):
         # Read from the waiting thread while the loop may add answers: retry a torn read.
         while True:
             try:
-                answered = self._answered_ranks()
-                break
+                return self._waiting(self._answered_ranks())
             except RuntimeError:
                 continue
+
+    def _waiting(self, answered: set[int]) -> dict[int, Connection | None]:
+        """Each rank not ``answered``, with the connection its answer comes on."""
         return {
             rank: conn
             for _, conn, ranks in self.plan.routes

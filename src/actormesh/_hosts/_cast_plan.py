@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from .._core import headers
 from .._exceptions import ActorDiedError
 from .._transport import Buffer, Connection, TransportClosed, is_tcp, route
 from ._agent_link import AgentLink, RelayConnection
+from ._cast_tree import branch_ranks
 
 __all__ = ["CastPlans", "Plan"]
 
@@ -71,29 +71,13 @@ class Plan:
         self.conns = frozenset(id(conn) for _, conn, _ in routes)
         self.count = sum(len(ranks) for _, _, ranks in routes)
         self.tcp = all(is_tcp(route(path)) for path, _, _ in routes)
-        self.taught = False  # its CastPlan frames went down the tree
+        self.taught = False  # its CastPlan frames went down the tree (``cast``)
         self._chains = chains
 
     def by_chain(self, parts: Sequence[Buffer]) -> bool:
         """Whether a cast of ``parts`` should go down a chain of agents instead (agents
         of one level, parts large enough for a bulk transfer)."""
         return self._chains is not None and self._chains(parts)
-
-    def teach(self) -> Failed:
-        """Send each child of the controller its branch of the plan, once. (The caller
-        holds its mesh's plan lock, ``_api/_planned.by_plan``: one thread at a time
-        teaches a mesh's plan and casts by it.)"""
-        if self.taught:
-            return []
-        failed: Failed = []
-        for link, targets, below in self.tops:
-            header = headers.CastPlan(self.mesh_id, self.ident, targets, below)
-            try:
-                link.conn.send([headers.encode(header)])
-            except TransportClosed as error:
-                failed.append((tuple(_ranks_of(targets, below)), str(error)))
-        self.taught = True
-        return failed
 
     def cast(
         self,
@@ -105,20 +89,24 @@ class Plan:
         combine: bytes | None = None,
         port: tuple[str, int] | None = None,
     ) -> Failed:
-        """Send a call to every rank: one ``PlannedCast`` per child of the controller;
-        the ``(ranks, why)`` that could not be sent."""
-        failed = self.teach()
-        if failed:
-            return [(tuple(rank for _, _, ranks in self.routes for rank in ranks), failed[0][1])]
+        """Send a call to every rank: one ``PlannedCast`` per child of the controller,
+        after its branch of the plan the first time; the ``(ranks, why)`` that could not
+        be sent. (The caller holds its mesh's plan lock, ``_api/_planned.by_plan``: one
+        thread at a time teaches a mesh's plan and casts by it.)"""
+        teach, self.taught = not self.taught, True
         cast = headers.PlannedCast(
             gather, combine, self.mesh_id, self.ident, req_id, endpoint, port
         )
         frame = [headers.encode(cast), *parts]
+        failed: Failed = []
         for link, targets, below in self.tops:
             try:
+                if teach:
+                    plan = headers.CastPlan(self.mesh_id, self.ident, targets, below)
+                    link.conn.send([headers.encode(plan)])
                 link.conn.send(frame)
             except TransportClosed as error:
-                failed.append((tuple(_ranks_of(targets, below)), str(error)))
+                failed.append((tuple(branch_ranks(targets, below)), str(error)))
         return failed
 
 
@@ -178,11 +166,3 @@ class CastPlans:
             return Plan(mesh_id, next(self._ids), version, tops, found, self._chains)
         tops = tree.branches(by_position)
         return Plan(mesh_id, next(self._ids), version, tops, found)
-
-
-def _ranks_of(targets: list[headers.PlanTarget], below: list[Any]) -> list[int]:
-    """Every rank a branch of a plan reaches (to fail them if it cannot be sent)."""
-    ranks = [rank for _, these in targets for rank in these]
-    for _, their_targets, their_below in below:
-        ranks.extend(_ranks_of(their_targets, their_below))
-    return ranks

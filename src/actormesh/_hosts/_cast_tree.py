@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._core import headers
 from . import _tree
 
 if TYPE_CHECKING:
@@ -129,9 +128,10 @@ class CastTree:
         return [x for x in below if id(x) in live], [x for x in above if id(x) in live]
 
 
-def branch_ranks(targets: list[headers.CastTarget], below: list[headers.Branch]) -> list[int]:
-    """Every rank a cast's branch reaches (to fail them if it cannot be sent)."""
-    ranks = [rank for _, these, _ in targets for rank in these]
+def branch_ranks(targets: Sequence[tuple[Any, ...]], below: list[Any]) -> list[int]:
+    """Every rank a cast's branch, or a plan's, reaches (to fail them if it cannot be
+    sent): each target's ranks are its second item (``CastTarget``, ``PlanTarget``)."""
+    ranks = [rank for target in targets for rank in target[1]]
     for _, their_targets, their_below in below:
         ranks.extend(branch_ranks(their_targets, their_below))
     return ranks
