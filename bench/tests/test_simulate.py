@@ -43,8 +43,10 @@ def test_simulate_measures_16_and_64_hosts(tmp_path: Path) -> None:
         assert size["frames_sent_per_cast"] == children
         assert size["cast_frames"]["received"].get("REPLIES") == children
         assert size["frames_received_per_cast"] == children
-        # spawn_procs asks each agent once.
-        assert size["spawn_procs_frames"]["sent"].get("HOSTOP") == hosts
+        # spawn_procs asks each child of the controller once (through the tree), and
+        # each answers once for its subtree.
+        assert size["spawn_procs_frames"]["sent"].get("HOSTOP") == children
+        assert size["spawn_procs_frames"]["received"].get("REPLY") == children
         # The actors' spawn goes as a cast too (the spec shared by every process), one
         # frame per child of the controller, and so does the first call, after the plan
         # it teaches them.

@@ -41,6 +41,7 @@ from actormesh import (
 from actormesh._api._planned import by_plan
 from actormesh._core import headers
 from actormesh._hosts import Plan, Runtime, _tree
+from actormesh.actor import BootstrapCommand, default_bootstrap_cmd
 from actormesh.allocators import ExternalAllocator
 from actormesh.testing import wait_until
 
@@ -101,9 +102,11 @@ _CAST_KINDS = (
 )
 
 
-def _sent_by_controller(action: Any) -> list[tuple[str, tuple[Any, ...]]]:
-    """The casts and relays the controller sends its agents while ``action`` runs:
-    ``(agent address, header)`` each."""
+def _sent_by_controller(
+    action: Any, kinds: tuple[int, ...] = _CAST_KINDS
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """The frames of ``kinds`` (casts and relays unless said) the controller sends its
+    agents while ``action`` runs: ``(agent address, header)`` each."""
     runtime = Runtime.get()
     sent: list[tuple[str, tuple[Any, ...]]] = []
     originals = {}
@@ -112,7 +115,7 @@ def _sent_by_controller(action: Any) -> list[tuple[str, tuple[Any, ...]]]:
 
         def counting(parts: Any, share: Any = None, _l: Any = link, _s: Any = conn.send) -> None:
             header = headers.decode(parts[0])
-            if header[0] in _CAST_KINDS:
+            if header[0] in kinds:
                 sent.append((_l.address, header))
             _s(parts) if share is None else _s(parts, share)
 
@@ -177,6 +180,105 @@ def test_a_call_by_plan_counts_every_rank_and_a_timeout_names_the_late_one(
         lambda: state.in_flight(list(range(2 * HOSTS))) == [0] * (2 * HOSTS), 10, "in flight"
     )
     assert list(where.rank_plus.call(0).get(timeout=30).values())[-1] == late
+
+
+def test_spawn_procs_leaves_the_controller_as_one_request_per_child(
+    network: Network, hosts: HostMesh
+) -> None:
+    made: list[Any] = []
+    sent = _sent_by_controller(
+        lambda: made.append(hosts.spawn_procs(per_host={"gpus": 2})), (headers.HOST,)
+    )
+    procs = made[0]
+    try:
+        ops = [headers.read(headers.HostOp, header).op for _, header in sent]
+        assert ops == ["spawn_tree"] * FAN_OUT
+        assert {address for address, _ in sent} == {h.ip for h in network.hosts[:FAN_OUT]}
+        # Every host started its two, and they answer from there.
+        answers = procs.spawn("w", Where).where.call().get(timeout=60)
+        for index, value in enumerate(answers.values()):
+            assert f"|tcp://{network.hosts[index // 2].ip}:" in str(value["address"])
+    finally:
+        procs.stop().get(timeout=60)
+
+
+def _slow_python(tmp_path: Path, seconds: float) -> str:
+    """A Python executable that takes ``seconds`` to start: a spawn through it stays in
+    flight that long."""
+    script = tmp_path / "slow-python"
+    script.write_text(f'#!/bin/sh\nsleep {seconds}\nexec {sys.executable} "$@"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def _processes_of(name: str) -> set[int]:
+    """The processes of the process mesh ``name`` on any host (by their environment)."""
+    tag = f"ACTORMESH_PROC_MESH={name}\0".encode()
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if tag in Path(f"/proc/{entry}/environ").read_bytes():
+                    found.add(int(entry))
+    return found
+
+
+def test_a_host_failing_its_spawn_fails_spawn_procs_and_leaves_no_worker(
+    hosts: HostMesh, tmp_path: Path
+) -> None:
+    # The deepest host's workers cannot start; every other host's are stopped again.
+    deep = HOSTS - 1
+    good = default_bootstrap_cmd()
+    bad = BootstrapCommand(str(tmp_path / "no-such-python"), None, good.args, {})
+    name = f"doomed-{os.getpid()}"
+    with pytest.raises(ActorError, match="no-such-python"):
+        hosts.spawn_procs(
+            per_host={"gpus": 2},
+            name=name,
+            bootstrap_command=lambda point: bad if point["hosts"] == deep else good,
+        )
+    wait_until(lambda: not _processes_of(name), 30, "every worker of the failed spawn to go")
+
+
+def test_an_agent_dying_during_spawn_procs_fails_it_and_leaves_no_worker(
+    network: Network, tmp_path: Path
+) -> None:
+    # The workers take 3 s to start; host VICTIM's agent, which relays the spawn to the
+    # hosts below it, is killed meanwhile. The spawn fails naming it, and what did start
+    # anywhere (below it too, where the request had gone on) is stopped.
+    mesh, agents = _tree_on(network)
+    name = f"interrupted-{os.getpid()}"
+    slow = mesh.with_python_executable(_slow_python(tmp_path, 3.0))
+    failed: list[BaseException] = []
+
+    def spawn() -> None:
+        try:
+            slow.spawn_procs(per_host={"gpus": 1}, name=name)
+        except BaseException as error:
+            failed.append(error)
+
+    spawner = threading.Thread(target=spawn)
+    try:
+        spawner.start()
+        deepest = network.hosts[HOSTS - 1].ip  # below VICTIM: reached through it
+        wait_until(lambda: len(_processes_of(name)) == HOSTS, 60, "a worker starting per host")
+        agents[VICTIM].send_signal(signal.SIGKILL)
+        spawner.join(timeout=90)
+        assert not spawner.is_alive()
+        assert len(failed) == 1 and isinstance(failed[0], ActorDiedError), failed
+        assert f"({network.hosts[VICTIM].ip})" in str(failed[0])
+        wait_until(lambda: not _processes_of(name), 30, "every worker of the failed spawn to go")
+        # The rest of the tree starts workers again, below the dead agent too.
+        rest = mesh.slice(hosts=slice(1, HOSTS)).spawn_procs(per_host={"gpus": 1})
+        answers = rest.spawn("w", Where).where.call().get(timeout=60)
+        assert f"|tcp://{deepest}:" in str(list(answers.values())[-1]["address"])
+        rest.stop().get(timeout=60)
+    finally:
+        spawner.join(timeout=90)
+        mesh.shutdown().get(timeout=60)
+        for agent in agents:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                agent.wait(timeout=15)
 
 
 def test_a_slice_goes_only_down_the_subtrees_it_touches(

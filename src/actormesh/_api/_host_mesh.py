@@ -333,10 +333,18 @@ async def _launch(
 ) -> list[ChildProcess]:
     """Start ``specs`` host by host (``per_host`` each, in order), all hosts at once."""
     groups = [specs[i * per_host : (i + 1) * per_host] for i in range(len(links))]
-    started = await asyncio.gather(
-        *(_start_on(runtime, link, group) for link, group in zip(links, groups)),
-        return_exceptions=True,
-    )
+    tree = runtime.host_agents.one_tree(links)
+    started: Sequence[Sequence[ChildProcess] | BaseException]
+    if tree is not None:  # one request per child of the controller (_subtree_spawn)
+        workers = [_worker_specs(group) for group in groups]
+        started = await runtime.host_agents.start_relayed_tree(
+            tree, [(link, group) for link, group in zip(links, workers) if link is not None]
+        )
+    else:
+        started = await asyncio.gather(
+            *(_start_on(runtime, link, group) for link, group in zip(links, groups)),
+            return_exceptions=True,
+        )
     children = [c for group in started if not isinstance(group, BaseException) for c in group]
     failures = [group for group in started if isinstance(group, BaseException)]
     try:
@@ -359,8 +367,11 @@ async def _start_on(
         return await runtime.start_processes(
             [(s.key, s.rank, dict(s.env)) for s in specs], [s.command for s in specs]
         )
-    workers = [WorkerSpec(s.key, s.rank, dict(s.env), s.command) for s in specs]
-    return list(await runtime.host_agents.start_relayed(link, workers))
+    return list(await runtime.host_agents.start_relayed(link, _worker_specs(specs)))
+
+
+def _worker_specs(specs: Sequence[ProcessSpec]) -> list[WorkerSpec]:
+    return [WorkerSpec(s.key, s.rank, dict(s.env), s.command) for s in specs]
 
 
 _THIS_HOST = _Hosts([None], LocalAllocator())

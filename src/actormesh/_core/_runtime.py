@@ -537,6 +537,12 @@ class CoreRuntime:
         pass through the job's agents."""
         self._ids = itertools.count(secrets.randbits(48) + (1 << 32))
 
+    def count_request_ids_down(self) -> None:
+        """Number this process' own requests -1, -2, ...: a host agent forwards the
+        replies of its owner's requests (numbered from 1 up, or from a random point above
+        2**32 by a controller that attached) and must never take one for its own."""
+        self._ids = itertools.count(-1, -1)
+
     def forget(self, req_id: int) -> None:
         """Stop listening for a request (late replies are then dropped)."""
         self._pending.pop(req_id, None)

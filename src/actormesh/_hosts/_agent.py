@@ -64,6 +64,7 @@ from ._peers import Peers
 from ._process import ChildProcess
 from ._reduction import Reduction
 from ._runtime import Runtime
+from ._subtree_spawn import SubtreeSpawn
 
 __all__ = [
     "Agent",
@@ -139,6 +140,12 @@ class Agent:
         self._plans: dict[str, dict[int, tuple[list[headers.PlanTarget], list[str]]]] = {}
         # The agents this one relays to in a tree of agents (dialled on first use).
         self._peers = Peers(runtime, self._peer_lost)
+        # Its own requests (to child agents) never take an id of its owner's.
+        runtime.count_request_ids_down()
+        # Workers started through the tree (_subtree_spawn), and the spawns the owner
+        # dropped (their workers are killed, now or when they join).
+        self._subtree_spawn = SubtreeSpawn(runtime, self._peers.send, self._spawn)
+        self._dropped: set[str] = set()
         # Its heartbeats to its child agents, when the controller leaves them to it.
         self._child_watch = ChildWatch(runtime.loop, self._peers.send, self._child_silent)
         runtime.children.pong_listener = self._child_watch.answered
@@ -193,6 +200,11 @@ class Agent:
         args = loads(parts[1], parts[2:])
         if op == "spawn":
             self.runtime.loop.create_task(self._answer(conn, req_id, self._spawn(*args)))
+        elif op == "spawn_tree":
+            work = self._subtree_spawn.spawn(*args)
+            self.runtime.loop.create_task(self._answer(conn, req_id, work))
+        elif op == "drop_spawn":
+            self.runtime.loop.create_task(self._drop_spawn(*args))
         elif op == "relaunch":
             self.runtime.loop.create_task(self._answer(conn, req_id, self._relaunch(*args)))
         elif op == "native":
@@ -231,12 +243,26 @@ class Agent:
 
     async def _spawn(self, specs: Sequence[WorkerSpec]) -> list[tuple[str, int]]:
         """Start the workers and wait until each joined; ``(address, pid)`` of each."""
+        if any(spec.key in self._dropped for spec in specs):
+            raise RuntimeError("the owner dropped this spawn before it reached this host")
         children = await self.runtime.start_processes(
             [(s.key, s.rank, s.env) for s in specs], [s.command for s in specs]
         )
         for child in children:
             self._workers[child.listen_path] = child
+        if any(child.key in self._dropped for child in children):
+            await self._drop_spawn([])
+            raise RuntimeError("the owner dropped this spawn while it started")
         return [(child.listen_path, child.pid) for child in children]
+
+    async def _drop_spawn(self, keys: Sequence[str]) -> None:
+        """The owner gave up a spawn (``_subtree_spawn``): stop the workers of ``keys``
+        started here, and refuse them should the request come later."""
+        self._dropped.update(keys)
+        dropped = [w for w in self._workers.values() if w.key in self._dropped]
+        for worker in dropped:
+            del self._workers[worker.listen_path]
+        await self.runtime.stop_processes(dropped, grace=0.0)
 
     async def _relaunch(self, address: str) -> int:
         """Start a new worker in the place of the dead one at ``address``; its pid."""
@@ -481,6 +507,7 @@ class Agent:
     def _peer_lost(self, address: str) -> None:
         """The child agent at ``address`` is unreachable: stop waiting for its subtree
         (the owner fails the ranks it held: it watches every agent itself)."""
+        self._subtree_spawn.lost(address)
         for req_id, batch in list(self._batches.items()):
             if address in batch.waiting:
                 batch.waiting[address] = 1

@@ -214,7 +214,25 @@ class AgentLink:
 
     async def spawn(self, specs: Sequence[WorkerSpec]) -> list[RelayedProcess]:
         """Start one worker per spec on this host; the processes, joined (loop thread)."""
-        answers = await self._request("spawn", list(specs))
+        return self.spawned(specs, await self._request("spawn", list(specs)))
+
+    async def spawn_tree(self, specs: Sequence[WorkerSpec], below: list[Any]) -> dict[str, Any]:
+        """Start one worker per spec on this host, and have the agent pass each branch of
+        ``below`` to the agent at its head (``_subtree_spawn``); the answer of every host
+        of the subtree, by agent address (this one's under ``""``; loop thread)."""
+        answer: dict[str, Any] = await self._request("spawn_tree", list(specs), below)
+        return answer
+
+    def drop_spawn(self, keys: list[str]) -> None:
+        """Tell the agent the spawn of the workers ``keys`` was given up: it stops those it
+        started, and refuses them should the request reach it later."""
+        self._tell("drop_spawn", keys)
+
+    def spawned(
+        self, specs: Sequence[WorkerSpec], answers: Sequence[tuple[str, int]]
+    ) -> list[RelayedProcess]:
+        """The workers the agent started for ``specs``, from its ``(address, pid)`` of
+        each; this link's from now on."""
         processes = []
         for spec, (address, pid) in zip(specs, answers, strict=True):
             process = RelayedProcess(self, spec, address, pid)

@@ -18,7 +18,8 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._core import headers, loads
+from .._core import error_from_payload, headers, loads
+from .._exceptions import ActorDiedError
 from .._transport import Connection, connect_address
 from ._agent_link import AgentLink, RelayedProcess, WorkerSpec
 from ._cast_tree import CastTree
@@ -133,6 +134,66 @@ class Agents:
         for process in processes:
             self.children.own_relayed(process)
         return processes
+
+    def one_tree(self, links: Sequence[AgentLink | None]) -> CastTree | None:
+        """The tree of agents every one of ``links`` belongs to, alive; None: there is no
+        such tree (one level, this host, a dead host among them)."""
+        tree = links[0].tree if links and links[0] is not None else None
+        if tree is None:
+            return None
+        for link in links:
+            if link is None or link.tree is not tree or link.lost_reason is not None:
+                return None
+            if tree.position(link) in tree.dead:
+                return None
+        return tree
+
+    async def start_relayed_tree(
+        self, tree: CastTree, groups: Sequence[tuple[AgentLink, Sequence[WorkerSpec]]]
+    ) -> list[list[RelayedProcess] | BaseException]:
+        """Have the agents of ``groups`` start their workers through ``tree``: one request
+        per child of this process (``_subtree_spawn``). Each group's processes, or why it
+        failed; a host that gave no answer is told to drop the spawn."""
+        targets = {tree.position(link): list(specs) for link, specs in groups}
+        answers: dict[int, tuple[str, Any]] = {}
+        gone: dict[int, str] = {}  # the children of this process that died, why
+
+        async def down(top: AgentLink, specs: list[WorkerSpec], below: list[Any]) -> None:
+            try:
+                answer = await top.spawn_tree(specs, below)
+            except ActorDiedError as error:
+                gone[tree.position(top)] = str(error)
+                answers[tree.position(top)] = (
+                    "lost",
+                    f"the host agent on {top.where} is gone: {error}",
+                )
+                return
+            for address, result in answer.items():
+                link = top if address == "" else tree.link_at(address)
+                if link is not None:
+                    answers[tree.position(link)] = result
+
+        await asyncio.gather(*(down(*branch) for branch in tree.branches(targets)))
+        results: list[list[RelayedProcess] | BaseException] = []
+        for link, specs in groups:
+            kind, value = answers.get(tree.position(link), ("lost", None))
+            if kind == "ok":
+                processes = link.spawned(specs, value)
+                for process in processes:
+                    self.children.own_relayed(process)
+                results.append(processes)
+            elif kind == "error":
+                results.append(error_from_payload(value))
+            else:  # an agent on its way died: the request may still start workers there
+                if value is None:  # (the agent this process reached it by)
+                    top, _ = tree.route(link)
+                    why = gone.get(tree.position(top), "it did not answer")
+                    value = (
+                        f"the host agent on {top.where}, which relays to this host, is gone: {why}"
+                    )
+                link.drop_spawn([spec.key for spec in specs])
+                results.append(ActorDiedError(value, reason=value))
+        return results
 
     def _on_agent_event(
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]

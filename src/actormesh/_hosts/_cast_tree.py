@@ -48,6 +48,7 @@ class CastTree:
         self.addresses = list(addresses)
         self.dead: set[int] = set()
         self._position = {id(link): index for index, link in enumerate(self.links)}
+        self._at = {address: link for link, address in zip(self.links, self.addresses)}
         for link in self.links:
             link.tree = self
 
@@ -60,10 +61,7 @@ class CastTree:
 
     def link_at(self, address: str) -> AgentLink | None:
         """The agent that other agents reach at ``address``."""
-        for index, known in enumerate(self.addresses):
-            if known == address:
-                return self.links[index]
-        return None
+        return self._at.get(address)
 
     def on_top(self, link: AgentLink) -> bool:
         """True when the controller reaches ``link`` first, with no agent between."""
