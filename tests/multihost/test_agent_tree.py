@@ -182,24 +182,47 @@ def test_a_call_by_plan_counts_every_rank_and_a_timeout_names_the_late_one(
     assert list(where.rank_plus.call(0).get(timeout=30).values())[-1] == late
 
 
-def test_spawn_procs_leaves_the_controller_as_one_request_per_child(
+def test_spawn_procs_and_stop_leave_the_controller_as_one_request_per_child(
     network: Network, hosts: HostMesh
 ) -> None:
+    name = f"whole-{os.getpid()}"
     made: list[Any] = []
+    kinds = (headers.HOST, headers.SHUTDOWN, *_CAST_KINDS)
     sent = _sent_by_controller(
-        lambda: made.append(hosts.spawn_procs(per_host={"gpus": 2})), (headers.HOST,)
+        lambda: made.append(hosts.spawn_procs(per_host={"gpus": 2}, name=name)), kinds
     )
     procs = made[0]
+    ops = [headers.read(headers.HostOp, header).op for _, header in sent]
+    assert ops == ["spawn_tree"] * FAN_OUT
+    assert {address for address, _ in sent} == {h.ip for h in network.hosts[:FAN_OUT]}
+    # Every host started its two, and they answer from there.
+    answers = procs.spawn("w", Where).where.call().get(timeout=60)
+    for index, value in enumerate(answers.values()):
+        assert f"|tcp://{network.hosts[index // 2].ip}:" in str(value["address"])
+    assert len(_processes_of(name)) == 2 * HOSTS
+    # The stop too: the actors' STOP_MESH as one cast, then the processes' stop, one
+    # request per child of the controller (no SHUTDOWN, signal or release per process).
+    runtime = Runtime.get()
+    on_event = runtime.frame_kinds[headers.EVENT]
+    events: list[str] = []
+
+    def hear(conn: Any, header: tuple[Any, ...], parts: Any) -> None:
+        events.append(headers.read(headers.Event, header).what)
+        on_event(conn, header, parts)
+
+    runtime.frame_kinds[headers.EVENT] = hear
     try:
-        ops = [headers.read(headers.HostOp, header).op for _, header in sent]
-        assert ops == ["spawn_tree"] * FAN_OUT
-        assert {address for address, _ in sent} == {h.ip for h in network.hosts[:FAN_OUT]}
-        # Every host started its two, and they answer from there.
-        answers = procs.spawn("w", Where).where.call().get(timeout=60)
-        for index, value in enumerate(answers.values()):
-            assert f"|tcp://{network.hosts[index // 2].ip}:" in str(value["address"])
+        sent = _sent_by_controller(lambda: procs.stop().get(timeout=60), kinds)
     finally:
-        procs.stop().get(timeout=60)
+        runtime.frame_kinds[headers.EVENT] = on_event
+    assert "exited" not in events  # (each subtree's exits came in its one answer)
+    assert {address for address, _ in sent} == {h.ip for h in network.hosts[:FAN_OUT]}
+    stops = [header for _, header in sent if header[0] == headers.HOST]
+    assert [headers.read(headers.HostOp, header).op for header in stops] == ["stop_tree"] * FAN_OUT
+    assert {header[0] for _, header in sent} == {headers.HOST, headers.TREE_CAST}
+    assert len(sent) == 2 * FAN_OUT
+    assert not any(child.alive() for child in procs._processes.children)
+    wait_until(lambda: not _processes_of(name), 30, "every worker of the mesh to go")
 
 
 def _slow_python(tmp_path: Path, seconds: float) -> str:

@@ -13,7 +13,6 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from .._core import headers
 from .._exceptions import ActorDiedError
 from .._hosts import Runtime
 from .._pure import Affinity, ChoosePolicy, policy_from
@@ -25,10 +24,10 @@ from ._endpoint import Endpoint, EndpointOptions, NotAnEndpoint
 from ._future import Future, resolved
 from ._mesh_state import DEFAULT_STOP_REASON, MeshState, state_of
 from ._requests import fail_calls_to_stopped
+from ._stopping import stop_mesh_in
 
 if TYPE_CHECKING:
     from .._observe import Stacks
-    from .._transport import Connection
 
 __all__ = ["ActorMesh", "MeshRef"]
 
@@ -296,17 +295,8 @@ class ActorMesh(Shaped, Generic[T]):
             return future
         state.stopped = True
         fail_calls_to_stopped(state)
-        runtime = Runtime.get()
-        request = _StopRequest(future, len(self._all_routes()))
-        req_id = runtime.register(request)
-        for path, _ in self._all_routes():
-            try:
-                conn = runtime.connection(path)
-                runtime.send(conn, headers.StopMesh(req_id, self._ref.mesh_id), [])
-                request.conns.append(conn)
-            except ActorDiedError:
-                runtime.call_soon(request.count)
-        return future
+        routes = [(path, ranks[0]) for path, ranks in self._all_routes()]
+        return stop_mesh_in(Runtime.get(), self._ref.mesh_id, routes)
 
     def _all_routes(self) -> list[tuple[str, tuple[int, ...]]]:
         return self._view(
@@ -333,27 +323,3 @@ class ActorMesh(Shaped, Generic[T]):
 
 
 _DEFAULT_SETTINGS = ChooseSettings()
-
-
-class _StopRequest:
-    """Waits for every process to confirm a STOP_MESH (or to be gone)."""
-
-    def __init__(self, future: Future[None], expected: int) -> None:
-        self.future = future
-        self.expected = expected
-        self.conns: list[Connection] = []
-        if expected == 0:
-            future._set_result(None)
-
-    def count(self) -> bool:
-        self.expected -= 1
-        if self.expected <= 0:
-            self.future._set_result(None)
-            return True
-        return False
-
-    def on_reply(self, rank: int, ok: bool, parts: list[memoryview]) -> bool:
-        return self.count()
-
-    def on_lost(self, conn: Connection, reason: str) -> bool:
-        return self.count() if conn in self.conns else False

@@ -21,18 +21,19 @@ from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, TypeVar, cast
 
 from .._core import dumps, headers
-from .._exceptions import ActorClassError, ActorDiedError, ActorInitError, MeshStoppedError
+from .._exceptions import ActorClassError, ActorInitError, MeshStoppedError
 from .._hosts import ChildProcess, ProcessSetup, Runtime, Status, prepare
 from .._shape import Point, Shape, Shaped, ValueMesh
 from . import _restart, _supervision
 from ._actor import Actor, SpawnSpec, endpoint_table
-from ._actor_mesh import ActorMesh, MeshRef, _StopRequest
+from ._actor_mesh import ActorMesh, MeshRef
 from ._allocator import Allocator, LocalAllocator, ProcessSpec
 from ._context import adopt, context
 from ._future import Future, from_concurrent, resolved
 from ._leased_job import actors_key
 from ._mesh_state import DEFAULT_STOP_REASON, Failure, all_states
 from ._requests import _Gather, fail_calls_to_stopped
+from ._stopping import stop_mesh_in
 
 __all__ = ["ProcMesh", "managed", "own_process", "proc_mesh", "process_specs"]
 
@@ -305,26 +306,15 @@ async def _stop_actors(runtime: Runtime, processes: _Processes, grace: float) ->
     ``__cleanup__``), waiting at most ``grace`` seconds for the processes to confirm."""
     if not processes.meshes:
         return
-    future: Future[None] = Future._new(runtime.in_loop_thread)
-    paths = [child.listen_path for child in processes.children]
-    request = _StopRequest(future, len(paths) * len(processes.meshes))
-    req_id = runtime.register(request)
-    for path in paths:
-        try:
-            conn = runtime.connection(path)
-        except ActorDiedError:
-            for _ in processes.meshes:
-                request.count()
-            continue
-        request.conns.append(conn)
-        for mesh_id in processes.meshes:
-            runtime.send(conn, headers.StopMesh(req_id, mesh_id), [])
+    where = [(child.listen_path, child.rank) for child in processes.children]
+    stopped = [stop_mesh_in(runtime, mesh_id, where) for mesh_id in processes.meshes]
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(_awaited(future), grace)
+        await asyncio.wait_for(_all_of(stopped), grace)
 
 
-async def _awaited(future: Future[None]) -> None:
-    await future
+async def _all_of(futures: Sequence[Future[None]]) -> None:
+    for future in futures:
+        await future
 
 
 class _Spawn(_Gather):

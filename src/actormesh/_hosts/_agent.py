@@ -64,7 +64,7 @@ from ._peers import Peers
 from ._process import ChildProcess
 from ._reduction import Reduction
 from ._runtime import Runtime
-from ._subtree_spawn import SubtreeSpawn
+from ._subtree import Subtree
 
 __all__ = [
     "Agent",
@@ -142,9 +142,9 @@ class Agent:
         self._peers = Peers(runtime, self._peer_lost)
         # Its own requests (to child agents) never take an id of its owner's.
         runtime.count_request_ids_down()
-        # Workers started through the tree (_subtree_spawn), and the spawns the owner
-        # dropped (their workers are killed, now or when they join).
-        self._subtree_spawn = SubtreeSpawn(runtime, self._peers.send, self._spawn)
+        # Workers started and stopped through the tree (_subtree), and the spawns the
+        # owner dropped (their workers are killed, now or when they join).
+        self._subtree = Subtree(runtime, self._peers.send)
         self._dropped: set[str] = set()
         # Its heartbeats to its child agents, when the controller leaves them to it.
         self._child_watch = ChildWatch(runtime.loop, self._peers.send, self._child_silent)
@@ -200,8 +200,10 @@ class Agent:
         args = loads(parts[1], parts[2:])
         if op == "spawn":
             self.runtime.loop.create_task(self._answer(conn, req_id, self._spawn(*args)))
-        elif op == "spawn_tree":
-            work = self._subtree_spawn.spawn(*args)
+        elif op in ("spawn_tree", "stop_tree"):
+            items, below, *extra = args
+            own = self._spawn if op == "spawn_tree" else functools.partial(self._stop, *extra)
+            work = self._subtree.run(op, own, items, below, *extra)
             self.runtime.loop.create_task(self._answer(conn, req_id, work))
         elif op == "drop_spawn":
             self.runtime.loop.create_task(self._drop_spawn(*args))
@@ -254,6 +256,14 @@ class Agent:
             await self._drop_spawn([])
             raise RuntimeError("the owner dropped this spawn while it started")
         return [(child.listen_path, child.pid) for child in children]
+
+    async def _stop(self, grace: float, addresses: Sequence[str]) -> list[tuple[str, int | None]]:
+        """Stop this host's workers at ``addresses`` (asked to exit, then signalled after
+        ``grace``); the exit status of each, ``(address, code)``, for the owner. (Their
+        exits are not reported one by one: the owner asked for them.)"""
+        workers = [self._workers.pop(a) for a in addresses if a in self._workers]
+        await self.runtime.stop_processes(workers, grace)
+        return [(worker.listen_path, worker.returncode) for worker in workers]
 
     async def _drop_spawn(self, keys: Sequence[str]) -> None:
         """The owner gave up a spawn (``_subtree_spawn``): stop the workers of ``keys``
@@ -507,7 +517,7 @@ class Agent:
     def _peer_lost(self, address: str) -> None:
         """The child agent at ``address`` is unreachable: stop waiting for its subtree
         (the owner fails the ranks it held: it watches every agent itself)."""
-        self._subtree_spawn.lost(address)
+        self._subtree.lost(address)
         for req_id, batch in list(self._batches.items()):
             if address in batch.waiting:
                 batch.waiting[address] = 1

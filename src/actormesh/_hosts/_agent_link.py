@@ -105,6 +105,8 @@ class RelayedProcess(ChildProcess):
         self.spec = spec
         self.host = link.hostname
         self._on_exit: Callable[[ChildProcess], None] | None = None
+        # True once its agent was told, or knows, that its port may go.
+        self.released = False
 
     def watch(self, loop: Any, on_exit: Callable[[ChildProcess], None]) -> None:
         """Call ``on_exit`` on ``loop`` once its agent says it exited (or the agent died)."""
@@ -132,7 +134,9 @@ class RelayedProcess(ChildProcess):
 
     def release_address(self) -> None:
         """Its agent may let its TCP port go: nobody will restart this rank."""
-        self.link.release(self.listen_path)
+        if not self.released:
+            self.released = True
+            self.link.release(self.listen_path)
 
 
 class _HostRequest:
@@ -216,11 +220,14 @@ class AgentLink:
         """Start one worker per spec on this host; the processes, joined (loop thread)."""
         return self.spawned(specs, await self._request("spawn", list(specs)))
 
-    async def spawn_tree(self, specs: Sequence[WorkerSpec], below: list[Any]) -> dict[str, Any]:
-        """Start one worker per spec on this host, and have the agent pass each branch of
-        ``below`` to the agent at its head (``_subtree_spawn``); the answer of every host
-        of the subtree, by agent address (this one's under ``""``; loop thread)."""
-        answer: dict[str, Any] = await self._request("spawn_tree", list(specs), below)
+    async def down_tree(
+        self, op: str, items: Sequence[Any], below: list[Any], *extra: Any
+    ) -> dict[str, Any]:
+        """Have the agent do ``op`` (``spawn_tree``, ``stop_tree``) with ``items`` on this
+        host and pass each branch of ``below`` on to the agent at its head (``_subtree``);
+        the answer of every host of the subtree, by agent address (this one's under
+        ``""``; loop thread)."""
+        answer: dict[str, Any] = await self._request(op, list(items), below, *extra)
         return answer
 
     def drop_spawn(self, keys: list[str]) -> None:

@@ -25,8 +25,9 @@ from ._agent_link import AgentLink, RelayedProcess, WorkerSpec
 from ._cast_tree import CastTree
 from ._children import Children
 from ._joining import JoinWait
-from ._process import ChildProcess, launch_agent
+from ._process import ChildProcess, describe_exit, launch_agent
 from ._remote import Joined, RemoteProcess
+from ._tree_requests import down_tree
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -152,31 +153,11 @@ class Agents:
         self, tree: CastTree, groups: Sequence[tuple[AgentLink, Sequence[WorkerSpec]]]
     ) -> list[list[RelayedProcess] | BaseException]:
         """Have the agents of ``groups`` start their workers through ``tree``: one request
-        per child of this process (``_subtree_spawn``). Each group's processes, or why it
+        per child of this process (``_subtree``). Each group's processes, or why it
         failed; a host that gave no answer is told to drop the spawn."""
-        targets = {tree.position(link): list(specs) for link, specs in groups}
-        answers: dict[int, tuple[str, Any]] = {}
-        gone: dict[int, str] = {}  # the children of this process that died, why
-
-        async def down(top: AgentLink, specs: list[WorkerSpec], below: list[Any]) -> None:
-            try:
-                answer = await top.spawn_tree(specs, below)
-            except ActorDiedError as error:
-                gone[tree.position(top)] = str(error)
-                answers[tree.position(top)] = (
-                    "lost",
-                    f"the host agent on {top.where} is gone: {error}",
-                )
-                return
-            for address, result in answer.items():
-                link = top if address == "" else tree.link_at(address)
-                if link is not None:
-                    answers[tree.position(link)] = result
-
-        await asyncio.gather(*(down(*branch) for branch in tree.branches(targets)))
         results: list[list[RelayedProcess] | BaseException] = []
-        for link, specs in groups:
-            kind, value = answers.get(tree.position(link), ("lost", None))
+        answers = await down_tree(tree, "spawn_tree", groups)
+        for (link, specs), (kind, value) in zip(groups, answers, strict=True):
             if kind == "ok":
                 processes = link.spawned(specs, value)
                 for process in processes:
@@ -185,15 +166,32 @@ class Agents:
             elif kind == "error":
                 results.append(error_from_payload(value))
             else:  # an agent on its way died: the request may still start workers there
-                if value is None:  # (the agent this process reached it by)
-                    top, _ = tree.route(link)
-                    why = gone.get(tree.position(top), "it did not answer")
-                    value = (
-                        f"the host agent on {top.where}, which relays to this host, is gone: {why}"
-                    )
                 link.drop_spawn([spec.key for spec in specs])
                 results.append(ActorDiedError(value, reason=value))
         return results
+
+    async def stop_relayed_tree(self, workers: Sequence[ChildProcess], grace: float) -> None:
+        """Stop ``workers`` through the agents of their tree (``_subtree``), if they are
+        all of one: one request per child of this process, each agent stopping its own
+        (asked to exit, signalled after ``grace``). The workers of a host that gave no
+        answer are left alive, for the caller to stop one by one."""
+        by_link: dict[int, tuple[AgentLink, list[RelayedProcess]]] = {}
+        for worker in workers:
+            if not isinstance(worker, RelayedProcess):
+                return
+            by_link.setdefault(id(worker.link), (worker.link, []))[1].append(worker)
+        tree = self.one_tree([link for link, _ in by_link.values()])
+        if tree is None:
+            return
+        groups = [(link, [w.listen_path for w in mine]) for link, mine in by_link.values()]
+        for (link, _), (kind, value) in zip(
+            groups, await down_tree(tree, "stop_tree", groups, grace), strict=True
+        ):
+            for address, code in value if kind == "ok" else ():
+                if address in link.workers:
+                    worker = link.workers.pop(address)
+                    worker.released = True  # (the agent let its port go)
+                    worker.exited(f"was stopped: {describe_exit(code)}", code)
 
     def _on_agent_event(
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]

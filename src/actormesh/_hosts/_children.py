@@ -99,12 +99,20 @@ class AgentOwner(Protocol):
         """``process`` died (loop thread); if it was a host agent, its workers went too."""
         ...
 
+    async def stop_relayed_tree(self, workers: Sequence[ChildProcess], grace: float) -> None:
+        """Stop ``workers`` through the agents of their tree, if they are all of one;
+        those still alive after it are stopped one by one."""
+        ...
+
 
 class _NoAgents:
     def leased(self, child: ChildProcess) -> bool:
         return False
 
     def agent_exited(self, process: RemoteProcess, how: str) -> None:
+        pass
+
+    async def stop_relayed_tree(self, workers: Sequence[ChildProcess], grace: float) -> None:
         pass
 
 
@@ -550,6 +558,11 @@ class Children:
             child.stopping = True
             if self.heartbeat is not None:
                 self.heartbeat.untrack(child)
+        # Workers of a tree of agents are stopped by their agents, one request per child
+        # of this process (``_subtree``); what is left alive, one by one.
+        alive = [child for child in children if child.alive()]
+        if alive:
+            await self.agents.stop_relayed_tree(alive, grace)
         for child in children:
             conn = self.runtime.connection_at(child.listen_path)
             if conn is not None and child.alive():

@@ -1,18 +1,21 @@
-"""Starting a host mesh's workers through its tree of agents (``HOST spawn_tree``).
+"""An agent's requests down its subtree: starting and stopping a host mesh's workers
+through its tree of agents (``HOST spawn_tree``, ``HOST stop_tree``).
 
-With more hosts than the fan-out, ``spawn_procs`` leaves the controller as one request
-per child of it, not one per host: each carries the workers of that agent's own host and
-the branches below it (``CastTree.branches``). An agent starts its own workers while it
-forwards each branch to the child agent at its head, and answers once for its whole
-subtree, host by host (``Answer``): the workers started there, or the error that stopped
-them, or why no answer can come (the agent relaying to that host died).
+With more hosts than the fan-out, ``spawn_procs`` and the stop of a process mesh leave
+the controller as one request per child of it, not one per host (let alone one frame per
+process): each carries what its agent does on its own host and the branches below it
+(``CastTree.branches``). An agent does its own part while it forwards each branch to the
+child agent at its head, and answers once for its whole subtree, host by host
+(``Answer``): what was done there, or the error that stopped it, or why no answer can
+come (the agent relaying to that host died).
 
 Spawning is all or nothing for the controller (``_launch``): when any host fails, it
 stops what started. A host it holds no answer from may still start workers (the request
 may be on its way below a dead agent), so the controller tells each such host to drop
 the spawn (``HOST drop_spawn``, over the agent's own connection): the agent kills the
 workers it started for those keys, now or when they join, and refuses the request if it
-comes later. So a failed spawn leaves no worker behind whichever agent died.
+comes later. So a failed spawn leaves no worker behind whichever agent died. A host
+whose stop got no answer is stopped process by process, as without a tree.
 """
 
 from __future__ import annotations
@@ -23,14 +26,14 @@ from typing import Any
 
 from .._core import dumps, error_payload, headers, loads
 
-__all__ = ["Answer", "Branch", "SubtreeSpawn", "branch_addresses"]
+__all__ = ["Answer", "Branch", "Subtree", "branch_addresses"]
 
-# One host's part of the answer: ("ok", [(address, pid), ...]) for the workers started
-# there, ("error", payload) with the error that stopped them (``error_payload``), or
-# ("lost", reason) when the agent relaying to the host died before it answered.
+# One host's part of the answer: ("ok", what its agent's own part returned), ("error",
+# payload) with the error that stopped it (``error_payload``), or ("lost", reason) when
+# the agent relaying to the host died before it answered.
 Answer = tuple[str, Any]
-# A branch of the tree below an agent: the child's address, its host's workers, and the
-# branches below it (``CastTree.branches``).
+# A branch of the tree below an agent: the child's address, what its own host is to do
+# (the workers to start or stop), and the branches below it (``CastTree.branches``).
 Branch = tuple[str, Sequence[Any], Sequence[Any]]
 
 
@@ -57,59 +60,58 @@ class _FromBelow:
         return True
 
     def on_lost(self, conn: Any, reason: str) -> bool:
-        return False  # a child's loss comes through ``SubtreeSpawn.lost``, by address
+        return False  # a child's loss comes through ``Subtree.lost``, by address
 
     def lose(self, reason: str) -> None:
         if not self.future.done():
             self.future.set_result(reason)
 
 
-class SubtreeSpawn:
-    """An agent's part in starting workers through the tree (loop thread).
+class Subtree:
+    """An agent's requests down the tree below it (loop thread).
 
     Args:
         runtime: the agent's runtime (its requests to child agents are registered there).
         send: sends a frame to the agent at an address (``Peers.send``).
-        start: starts this host's workers from their specs: their ``(address, pid)``.
     """
 
-    def __init__(
-        self,
-        runtime: Any,
-        send: Callable[[str, list[Any]], None],
-        start: Callable[[Sequence[Any]], Awaitable[list[tuple[str, int]]]],
-    ) -> None:
+    def __init__(self, runtime: Any, send: Callable[[str, list[Any]], None]) -> None:
         self._runtime = runtime
         self._send = send
-        self._start = start
         # The requests forwarded to each child agent, by its address, then request id.
         self._below: dict[str, dict[int, _FromBelow]] = {}
 
-    async def spawn(self, specs: Sequence[Any], below: Sequence[Branch]) -> dict[str, Answer]:
-        """Start this host's workers and every branch's at once; the answer of each host
+    async def run(
+        self,
+        op: str,
+        own: Callable[[Sequence[Any]], Awaitable[Any]],
+        items: Sequence[Any],
+        below: Sequence[Branch],
+        *extra: Any,
+    ) -> dict[str, Answer]:
+        """Do this host's part (``own(items)``) while each branch of ``below`` goes on to
+        the agent at its head as the same ``op`` (with ``extra``); the answer of each host
         of the subtree, by its agent's address (this host's under ``""``)."""
-        own = asyncio.ensure_future(self._own(specs))
-        theirs = await asyncio.gather(*(self._forward(branch) for branch in below))
-        answer: dict[str, Answer] = {"": await own}
+        mine = asyncio.ensure_future(self._own(own, items))
+        theirs = await asyncio.gather(*(self._forward(op, branch, extra) for branch in below))
+        answer: dict[str, Answer] = {"": await mine}
         for part in theirs:
             answer.update(part)
         return answer
 
-    async def _own(self, specs: Sequence[Any]) -> Answer:
+    async def _own(self, own: Callable[[Sequence[Any]], Awaitable[Any]], items: Any) -> Answer:
         try:
-            return ("ok", await self._start(specs))
+            return ("ok", await own(items))
         except Exception as error:
             return ("error", error_payload(error, mesh="host", point={}, endpoint="host"))
 
-    async def _forward(self, branch: Branch) -> dict[str, Answer]:
-        address, specs, below = branch
+    async def _forward(self, op: str, branch: Branch, extra: tuple[Any, ...]) -> dict[str, Answer]:
+        address, items, below = branch
         waiting = _FromBelow(self._runtime.loop)
         req_id = self._runtime.register(waiting)
         self._below.setdefault(address, {})[req_id] = waiting
-        payload, buffers = dumps((specs, below))
-        self._send(
-            address, [headers.encode(headers.HostOp(req_id, "spawn_tree")), payload, *buffers]
-        )
+        payload, buffers = dumps((items, below, *extra))
+        self._send(address, [headers.encode(headers.HostOp(req_id, op)), payload, *buffers])
         try:
             answer = await waiting.future
         finally:
