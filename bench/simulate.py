@@ -76,6 +76,12 @@ def _thread_cpu(ident: int) -> float:
     return time.clock_gettime(time.pthread_getcpuclockid(ident))
 
 
+def _controller_cpu(loop_ident: int) -> float:
+    """CPU seconds the controller used so far: this (calling) thread and its loop's.
+    (Heartbeats included: an operation that takes seconds shows them.)"""
+    return time.thread_time() + _thread_cpu(loop_ident)
+
+
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -150,9 +156,10 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     hosts = host_mesh(hosts_count, allocator=sim, **extra).get(timeout=args.spawn_timeout)
     result["join_s"] = time.perf_counter() - started
     result["join_frames"] = take_tally()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _controller_cpu(loop_ident)
     procs = hosts.spawn_procs(per_host={"gpus": per_host})
     result["spawn_procs_s"] = time.perf_counter() - started
+    result["spawn_procs_cpu_s"] = _controller_cpu(loop_ident) - cpu
     result["spawn_procs_frames"] = take_tally()
     started = time.perf_counter()
     if args.actors_per_proc > 1:
@@ -215,9 +222,13 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     result.update(_slice_cast(args, mesh, sim, hosts_count))
     result.update(_detect(args, hosts, mesh, sim, fan_out))
     if hosts_count <= args.max_shutdown_hosts:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _controller_cpu(loop_ident)
+        tally.on = True
         procs.stop().get(timeout=args.spawn_timeout)
+        tally.on = False
         result["stop_procs_s"] = time.perf_counter() - started
+        result["stop_procs_cpu_s"] = _controller_cpu(loop_ident) - cpu
+        result["stop_procs_frames"] = take_tally()
         started = time.perf_counter()
         hosts.shutdown().get(timeout=args.spawn_timeout)
         result["shutdown_hosts_s"] = time.perf_counter() - started
@@ -443,6 +454,8 @@ ROWS = [
     ("  calling thread's CPU for it, µs", "slice_cast_caller_cpu_us", "{:,.0f}"),
     ("agents join, s", "join_s", "{:.2f}"),
     ("spawn_procs, s", "spawn_procs_s", "{:.2f}"),
+    ("  controller CPU for it (both threads), s", "spawn_procs_cpu_s", "{:.3f}"),
+    ("  frames the controller sent / received for it", "spawn_procs_frame_counts", "{}"),
     ("spawn of the actors + first call, s", "spawn_actors_s", "{:.2f}"),
     ("bytes sent for the actors' spawn", "spawn_bytes", "{:,.0f}"),
     ("dead agent (link closed) detected, s", "detect_dead_leaf_s", "{:.3f}"),
@@ -451,6 +464,8 @@ ROWS = [
     ("controller loop CPU idle (heartbeats), µs/s", "idle_cpu_loop_us_per_s", "{:,.0f}"),
     ("process memory per host, KiB", "memory_per_host_kib", "{:,.0f}"),
     ("stop of the processes (ProcMesh.stop), s", "stop_procs_s", "{:.2f}"),
+    ("  controller CPU for it (both threads), s", "stop_procs_cpu_s", "{:.3f}"),
+    ("  frames the controller sent / received for it", "stop_procs_frame_counts", "{}"),
     ("shutdown of the hosts, s", "shutdown_hosts_s", "{:.2f}"),
 ]
 
@@ -497,6 +512,14 @@ def _derive(result: dict[str, Any]) -> None:
         loop = max(0.0, result["reduce_cpu_loop_us"] - beats)
         result["reduce_cpu_net_us"] = result["reduce_cpu_caller_us"] + loop
     result["spawn_bytes"] = sum(result["spawn_actors_frames"]["sent_bytes"].values())
+    for name in ("spawn_procs", "stop_procs"):  # (heartbeats that crossed meanwhile left out)
+        frames = result.get(f"{name}_frames")
+        if frames is not None:
+            sent, got = (
+                sum(n for kind, n in frames[way].items() if kind not in ("PING", "PONG"))
+                for way in ("sent", "received")
+            )
+            result[f"{name}_frame_counts"] = f"{sent:,} / {got:,}"
     result["memory_per_host_kib"] = result["memory_per_host_bytes"] / 1024
 
 
