@@ -264,7 +264,8 @@ class Agents:
         address = link.tree.address(link)
         for other in above:
             other.forget_peer(address)
-        self._watch_tree(link.tree, below)  # its children have another parent now
+        if not link.process.stopping:  # (a host mesh shutting down ends them all)
+            self._watch_tree(link.tree, below)  # its children have another parent now
 
     def leased(self, child: ChildProcess) -> bool:
         """True for a host agent holding a lease, and for the workers it started: they

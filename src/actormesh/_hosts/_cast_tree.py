@@ -114,16 +114,15 @@ class CastTree:
         it) and the live ones above it (which may hold a connection to it)."""
         node = self.position(link)
         self.dead.add(node)
-        hosts = len(self.links)
-        below = [self.links[p] for p in _tree.subtree(node, hosts, self.k)[1:]]
+        dead = self.dead
+        below = [p for p in _tree.subtree(node, len(self.links), self.k)[1:] if p not in dead]
         above = []
         up = _tree.parent(node, self.k)
         while up != _tree.ROOT:
-            above.append(self.links[up])
+            if up not in dead:
+                above.append(up)
             up = _tree.parent(up, self.k)
-        alive = [p for p in range(hosts) if p not in self.dead]
-        live = {id(self.links[p]) for p in alive}
-        return [x for x in below if id(x) in live], [x for x in above if id(x) in live]
+        return [self.links[p] for p in below], [self.links[p] for p in above]
 
 
 def branch_ranks(targets: Sequence[tuple[Any, ...]], below: list[Any]) -> list[int]:

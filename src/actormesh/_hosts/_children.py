@@ -125,6 +125,9 @@ class Children:
         # The processes owned, by the address they listen at.
         self.processes: dict[str, ChildProcess] = {}
         self._child_conns: dict[Connection, ChildProcess] = {}
+        # The same, the other way: each child's connections, by id(child) (a death looks
+        # them up; a scan of every child's would make a mesh's stop quadratic).
+        self._conns_of: dict[int, list[Connection]] = {}
         self._forwarders: dict[str, list[PipeForwarder]] = {}
         self._hello: dict[str, asyncio.Future[None]] = {}
         self.heartbeat: HeartbeatMonitor | None = None
@@ -164,7 +167,7 @@ class Children:
         self.runtime.name_connection(path, conn)
         conn.peer = path
         if child is not None:
-            self._child_conns[conn] = child
+            self._own_conn(conn, child)
             self.monitor().track(child)
         waiter = self._hello.get(path)
         if waiter is not None and not waiter.done():
@@ -381,7 +384,7 @@ class Children:
         self.runtime.revive(path)
         self.runtime.name_connection(path, joined.conn)
         joined.conn.peer = path
-        self._child_conns[joined.conn] = child
+        self._own_conn(joined.conn, child)
         child.watch(self.loop, self.child_exited)
         if child.alive():
             self.monitor().track(child)
@@ -433,7 +436,7 @@ class Children:
         path = child.listen_path
         # The pidfd may fire before the loop read the worker's last frames (an actor's
         # answer to its spawn, then a call that killed the process): hear them first.
-        for conn in (self.runtime.connection_at(path), *self._owned_conns(child)):
+        for conn in (self.runtime.connection_at(path), *self._conns_of.get(id(child), ())):
             if conn is not None:
                 conn.read_remaining()
         if not child.stopping and self.relaunch_policy is not None and self.relaunch_policy(child):
@@ -466,9 +469,10 @@ class Children:
                 ActorDiedError(f"worker {reason} before joining its mesh", reason=reason)
             )
         conn = self.runtime.connection_at(path)
-        for known in self._owned_conns(child):
-            conn = known
-            del self._child_conns[known]
+        for known in self._conns_of.pop(id(child), ()):
+            if self._child_conns.get(known) is child:
+                conn = known
+                del self._child_conns[known]
         # The owner's listeners (supervision, restarts) hear of the death before any
         # waiting call does: a caller woken by its ActorDiedError finds the mesh already
         # knowing which ranks are dead, whatever it does next (no race decides it).
@@ -490,9 +494,10 @@ class Children:
         if not self._deferrals.active(path) and not self.owner_decides_restarts:
             child.release_address()  # no successor will listen there
 
-    def _owned_conns(self, child: ChildProcess) -> list[Connection]:
-        """The connections ``child`` made to us (its HELLO)."""
-        return [known for known, owned in self._child_conns.items() if owned is child]
+    def _own_conn(self, conn: Connection, child: ChildProcess) -> None:
+        """``conn`` is ``child``'s connection to us (its HELLO)."""
+        self._child_conns[conn] = child
+        self._conns_of.setdefault(id(child), []).append(conn)
 
     def debugging(self, address: str, stopped: bool) -> None:
         """A worker of ours at ``address`` stopped at a breakpoint, or went on (loop thread):
