@@ -4,7 +4,11 @@
   the dead agent (the tree routes around it by then), not failed with them: at 1,024
   simulated hosts that failing takes long enough for a program to call again meanwhile;
 - ``after``: one made by a program as soon as a call to the dead agent's own host failed
-  (the tree must route around it before anyone hears of its death).
+  (the tree must route around it before anyone hears of its death);
+- ``registered``: the same call, with the controller failing what went through the dead
+  agent just after the call's request is registered, before its frames leave: the
+  request must say by then that it is routed after the death (at 1,024 simulated hosts,
+  making a slice's frames takes long enough for this to happen).
 
 Run by ``test_simulate.py`` in a process of its own (the simulation replaces the
 process' runtime), with the case as its argument; prints one JSON line."""
@@ -45,6 +49,8 @@ def main() -> None:
     try:
         if sys.argv[1] == "during":
             outcome["answered"] = _call_during(runtime, host, below)
+        elif sys.argv[1] == "registered":
+            outcome.update(_call_registered(runtime, hosts._hosts.links[0], host, mesh, below))
         else:
             outcome.update(_call_after(hosts._hosts.links[0], host, mesh, below))
     except Exception as error:
@@ -75,6 +81,49 @@ def _call_after(link: Any, host: Any, mesh: Any, below: Any) -> dict[str, Any]:
         outcome["own_failed"] = True
     after = below.echo.call(5)  # (sent from here, now)
     routed.set()
+    outcome["answered"] = list(after.get(timeout=60).values())
+    return outcome
+
+
+def _call_registered(runtime: Any, link: Any, host: Any, mesh: Any, below: Any) -> dict[str, Any]:
+    registered, handled = threading.Event(), threading.Event()
+    lost = type(link).lost
+
+    def lost_then_wait(self: Any, how: str) -> None:
+        lost(self, how)  # (fails its host's own ranks: the program below wakes)
+        if self is link:
+            registered.wait(30)  # until the program's next request is registered
+
+    tree_agent_lost = runtime.host_agents._tree_agent_lost
+
+    def then_release(*args: Any) -> None:
+        tree_agent_lost(*args)  # (fails the requests routed through the dead agent)
+        handled.set()
+
+    register = runtime.register
+    armed = threading.Event()
+
+    def register_then_wait(handler: Any) -> int:
+        req_id: int = register(handler)
+        if armed.is_set() and threading.current_thread() is threading.main_thread():
+            armed.clear()
+            registered.set()
+            handled.wait(30)  # its frames leave only after the loop failed the others
+        return req_id
+
+    type(link).lost = lost_then_wait
+    runtime.host_agents._tree_agent_lost = then_release
+    runtime.register = register_then_wait
+    host.freeze()  # (its own call below waits until it dies)
+    own = mesh.slice(hosts=0).echo.call(1)
+    host.die()
+    outcome: dict[str, Any] = {}
+    try:
+        own.get(timeout=60)
+    except ActorDiedError:
+        outcome["own_failed"] = True
+    armed.set()
+    after = below.echo.call(5)
     outcome["answered"] = list(after.get(timeout=60).values())
     return outcome
 

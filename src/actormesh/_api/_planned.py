@@ -97,6 +97,8 @@ class _ByPlan(_Request):
         self.left = plan.count
         self.whole_started = state.started_whole()
         self._out = None
+        # (noted before it is registered: see ``_Request.send``)
+        self.routed_at = plan.version  # (its branches are the tree's as it was then)
         self.req_id = runtime.register(self)
         if runtime.topology != plan.version:
             runtime.forget(self.req_id)
@@ -105,7 +107,6 @@ class _ByPlan(_Request):
             return False
         if RECORDER.on:
             self.sent_at = time.monotonic()
-        self.routed_at = plan.version  # (its branches are the tree's as it was then)
         for ranks, reason in plan.cast(
             self.req_id, self.endpoint, parts, gather=self.req_id, combine=self.combine
         ):

@@ -120,6 +120,10 @@ class _Request:
             for rank in ranks:
                 self.outstanding[rank] = conn
                 self.started[rank] = started
+        # Noted before the request is registered: the loop may fail the requests routed
+        # before a death (``fail_connection(routed_before=)``) at any moment from then on,
+        # and one still without its count would be taken for one of them.
+        self.routed_at = runtime.topology
         self.req_id = runtime.register(self)
         route = self.route
         outgoing = [
@@ -127,7 +131,6 @@ class _Request:
             for path, conn, ranks, parts in ready
         ]
         gather = self.req_id if self.gathers else 0
-        self.routed_at = runtime.topology
         unreachable.extend(runtime.send_frames(outgoing, gather, self.combine))
         for path, ranks, parts in held:
             self._hold(path, ranks, parts)
