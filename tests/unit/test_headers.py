@@ -90,6 +90,23 @@ def test_read_gives_the_kinds_class_with_every_field_named() -> None:
     assert (call.req_id, call.endpoint, call.token, call.trace) == (1, "ep", "t", "tp")
 
 
+def test_make_is_the_class_of_every_field_given() -> None:
+    fields = (4, "mesh-1", (0,), "ping", "tok", None, None, None)
+    call = headers.make(headers.Call, fields)
+    assert type(call) is headers.Call and call == headers.Call(*fields)
+    assert call.endpoint == "ping" and call.trace is None
+
+
+def test_call_and_reply_fields_are_in_the_order_their_handlers_unpack() -> None:
+    # Hosting._handle_call and CoreRuntime._handle_reply unpack the wire tuple in this
+    # order (no instance made for the two most frequent frames): a field added or moved
+    # must change them too.
+    assert headers.Call._fields == (
+        "req_id", "mesh_id", "ranks", "endpoint", "token", "port", "view", "trace",
+    )  # fmt: skip
+    assert headers.Reply._fields == ("req_id", "rank", "ok")
+
+
 def test_a_call_without_its_optional_fields_still_has_them_on_the_wire() -> None:
     wire = headers.decode(headers.encode(headers.Call(1, "m", (0,), "ep")))
     assert wire == (headers.CALL, 1, "m", (0,), "ep", None, None, None, None)

@@ -169,8 +169,9 @@ class _Request:
         """The frame header for ``ranks``; with a reply route's ``token``, if it has one,
         and the shape of a slice the call was made on (see ``_message_view``)."""
         view = self.mesh._message_view()
-        header = headers.Call(
-            self.req_id, self.ref.mesh_id, ranks, self.endpoint, token, None, view
+        header = headers.make(
+            headers.Call,
+            (self.req_id, self.ref.mesh_id, ranks, self.endpoint, token, None, view, None),
         )
         return header if self.span is None else _otel.with_trace(header, self.span)
 

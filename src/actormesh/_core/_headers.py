@@ -87,7 +87,7 @@ carries the combined value of several ranks, and which ranks they are, as runs
 from __future__ import annotations
 
 import pickle
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ._dispatch import entry_for, frame_table
 
@@ -160,6 +160,7 @@ __all__ = [
     "decode",
     "encode",
     "encode_reply",
+    "make",
     "read",
 ]
 
@@ -426,6 +427,18 @@ def read(kind: type[_H], header: tuple[Any, ...]) -> _H:
     reply).
     """
     return _tuple_new(kind, header[1:])  # type: ignore[type-var]
+
+
+if TYPE_CHECKING:
+
+    def make(kind: type[_H], fields: tuple[Any, ...]) -> _H:
+        """``kind(*fields)``, every field given in order: ``make(Call, (req_id, ...))``."""
+        ...
+
+else:
+    # Made in C (``tuple.__new__``), not through the class' generated ``__new__``, a
+    # Python call: the caller's side of every call makes a Call per frame with it.
+    make = _tuple_new
 
 
 def _known(conn: Any, header: tuple[Any, ...], parts: Any) -> None:

@@ -76,6 +76,7 @@ class _Delivery:
         "endpoint",
         "host",
         "hosted",
+        "mesh_id",
         "payload",
         "port",
         "rank",
@@ -99,6 +100,7 @@ class _Delivery:
         reply_conn: Link | None = None,
         port: tuple[str, int] | None = None,
         view: tuple[Any, ...] | None = None,
+        trace: str | None = None,
     ) -> None:
         self.host = host  # the process' hosting: its limits, links and failure paths
         self.conn = conn  # where the call came in (CANCEL and INSPECT match on it)
@@ -113,16 +115,15 @@ class _Delivery:
         self.payload = payload
         self.buffers = buffers
         self.hosted = hosted  # its mesh's name and the actor's point, for errors
+        # Its mesh's id, fixed for the actor's life: an attribute, not a property, since
+        # the timeline reads it for every message.
+        self.mesh_id = hosted.mesh_id
         self.cancelled = False
         # For its span in the process' timeline (``_timeline``) and its metrics
         # (``_otel``), when either is kept; the caller's trace context, if it sent one.
         self.arrived = time.monotonic() if RECORDER.on or _otel.ACTIVE else 0.0
         self.reply_bytes = 0
-        self.trace: str | None = None
-
-    @property
-    def mesh_id(self) -> str:
-        return self.hosted.mesh_id
+        self.trace = trace  # the caller's trace context (OpenTelemetry), if it sent one
 
     @property
     def mesh_name(self) -> str:
@@ -387,7 +388,10 @@ class Hosting:
         ]
 
     def _handle_call(self, conn: Link, header: tuple[Any, ...], parts: list[memoryview]) -> None:
-        req_id, mesh_id, ranks, endpoint, token, port, view, trace = hdr.read(hdr.Call, header)
+        # Unpacked straight from the checked wire tuple, in ``hdr.Call``'s field order
+        # (the most frequent frame with REPLY: no instance made; tests/unit/test_headers.py
+        # holds the order).
+        _, req_id, mesh_id, ranks, endpoint, token, port, view, trace = header
         reply_conn = self._reply_conns.get(token) if token is not None else None
         actors = self.hosted.get(mesh_id)
         if actors is None:
@@ -401,9 +405,9 @@ class Hosting:
                 self._reply_missing(conn, req_id, rank, mesh_id, endpoint)
                 continue
             delivery = _Delivery(
-                self, conn, req_id, rank, endpoint, payload, buffers, hosted, reply_conn, port, view
-            )
-            delivery.trace = trace
+                self, conn, req_id, rank, endpoint, payload, buffers, hosted, reply_conn, port,
+                view, trace,
+            )  # fmt: skip
             hosted.mailbox.deliver(delivery)
 
     def _handle_reply_to(self, conn: Link, header: tuple[Any, ...]) -> None:

@@ -81,6 +81,16 @@ class AgentRouter:
         ``gather`` (the request's id) has each agent send its workers' replies as one, and
         a ``combine`` (a reducing call's function, pickled) has it fold their values.
         """
+        if len(frames) == 1 and not (gather and self.bulk.routes):
+            # One frame straight to its process (a ``call_one``, most calls): what the
+            # general way below comes to for it, without its groupings.
+            conn, ranks, header, parts = frames[0]
+            if not isinstance(conn, RelayConnection) or conn.closed:
+                try:
+                    self.send(conn, header, parts, None)
+                except ActorDiedError as error:
+                    return [(ranks, error.reason or str(error))]
+                return []
         failed: list[tuple[tuple[int, ...], str]] = []
         by_agent: dict[tuple[int, int], list[tuple[RelayConnection, tuple[int, ...], Any]]] = {}
         parts_of: dict[tuple[int, int], list[Any]] = {}
