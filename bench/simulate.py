@@ -30,6 +30,7 @@ explains the figures and the latency model derived from them.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import gc
 import inspect
@@ -222,6 +223,9 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     result.update(_slice_cast(args, mesh, sim, hosts_count))
     result.update(_detect(args, hosts, mesh, sim, fan_out))
     if hosts_count <= args.max_shutdown_hosts:
+        # What the loop still does about the deaths above (a dead agent's subtree failed,
+        # the tree's heartbeats planned again) is not the stop's: let it finish first.
+        runtime.run_sync(asyncio.sleep(0))
         started, cpu = time.perf_counter(), _controller_cpu(loop_ident)
         tally.on = True
         procs.stop().get(timeout=args.spawn_timeout)

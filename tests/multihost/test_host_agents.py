@@ -155,6 +155,39 @@ def test_a_reducing_call_brings_the_controller_one_value_per_host(
     assert seen == [headers.PARTIAL] * min(3, Runtime.get().config.fan_out)
 
 
+def test_stopping_a_process_mesh_costs_the_controller_one_request_per_host(
+    hosts: HostMesh,
+) -> None:
+    runtime = Runtime.get()
+    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    procs.spawn("doomed", Where).where.call().get(timeout=30)
+    sent: list[tuple[Any, ...]] = []
+    originals: dict[Connection, Any] = {}
+    for conn in runtime.agents:
+        originals[conn] = conn.send
+
+        def counting(parts: Any, share: Any = None, _send: Any = conn.send) -> None:
+            header = headers.decode(parts[0])
+            if header[0] != headers.PING:
+                sent.append(header)
+            _send(parts) if share is None else _send(parts, share)
+
+        conn.send = counting  # type: ignore[method-assign]
+    try:
+        procs.stop().get(timeout=60)
+    finally:
+        for conn, send in originals.items():
+            conn.send = send  # type: ignore[method-assign]
+    # The actors' STOP_MESH as one cast, then one stop request, per host (per child of
+    # the controller in a tree, ACTORMESH_FAN_OUT below 3): no SHUTDOWN, signal or
+    # release per process.
+    per_cast = min(3, runtime.config.fan_out)
+    stops = [h for h in sent if h[0] == headers.HOST]
+    assert [headers.read(headers.HostOp, h).op for h in stops] == ["stop_tree"] * per_cast
+    assert len(sent) == 2 * per_cast
+    assert not any(child.alive() for child in procs._processes.children)
+
+
 def test_a_slice_of_hosts_spawns_only_there(network: Network, hosts: HostMesh) -> None:
     second = hosts.slice(hosts=1)
     assert second.extent == {}

@@ -27,7 +27,7 @@ from ._children import Children
 from ._joining import JoinWait
 from ._process import ChildProcess, describe_exit, launch_agent
 from ._remote import Joined, RemoteProcess
-from ._tree_requests import down_tree
+from ._tree_requests import down_each, down_tree
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -170,23 +170,27 @@ class Agents:
                 results.append(ActorDiedError(value, reason=value))
         return results
 
-    async def stop_relayed_tree(self, workers: Sequence[ChildProcess], grace: float) -> None:
-        """Stop ``workers`` through the agents of their tree (``_subtree``), if they are
-        all of one: one request per child of this process, each agent stopping its own
-        (asked to exit, signalled after ``grace``). The workers of a host that gave no
-        answer are left alive, for the caller to stop one by one."""
+    async def stop_relayed(self, workers: Sequence[ChildProcess], grace: float) -> None:
+        """Stop ``workers`` through their agents (``_subtree``), if they are all workers
+        of agents of one tree (one request per child of this process) or of one level
+        (one request per agent): each agent stops its own, asked to exit and signalled
+        after ``grace``, and answers with their exit statuses. The workers of a host
+        that gave no answer are left alive, for the caller to stop one by one."""
         by_link: dict[int, tuple[AgentLink, list[RelayedProcess]]] = {}
         for worker in workers:
             if not isinstance(worker, RelayedProcess):
                 return
             by_link.setdefault(id(worker.link), (worker.link, []))[1].append(worker)
-        tree = self.one_tree([link for link, _ in by_link.values()])
-        if tree is None:
-            return
+        links = [link for link, _ in by_link.values()]
         groups = [(link, [w.listen_path for w in mine]) for link, mine in by_link.values()]
-        for (link, _), (kind, value) in zip(
-            groups, await down_tree(tree, "stop_tree", groups, grace), strict=True
-        ):
+        tree = self.one_tree(links)
+        if tree is not None:
+            answers = await down_tree(tree, "stop_tree", groups, grace)
+        elif all(link.tree is None and link.lost_reason is None for link in links):
+            answers = await down_each("stop_tree", groups, grace)
+        else:
+            return
+        for (link, _), (kind, value) in zip(groups, answers, strict=True):
             for address, code in value if kind == "ok" else ():
                 if address in link.workers:
                     worker = link.workers.pop(address)

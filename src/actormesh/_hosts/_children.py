@@ -99,9 +99,9 @@ class AgentOwner(Protocol):
         """``process`` died (loop thread); if it was a host agent, its workers went too."""
         ...
 
-    async def stop_relayed_tree(self, workers: Sequence[ChildProcess], grace: float) -> None:
-        """Stop ``workers`` through the agents of their tree, if they are all of one;
-        those still alive after it are stopped one by one."""
+    async def stop_relayed(self, workers: Sequence[ChildProcess], grace: float) -> None:
+        """Stop ``workers`` through their agents, if they are all of one tree's agents
+        or of one level's; those still alive after it are stopped one by one."""
         ...
 
 
@@ -112,7 +112,7 @@ class _NoAgents:
     def agent_exited(self, process: RemoteProcess, how: str) -> None:
         pass
 
-    async def stop_relayed_tree(self, workers: Sequence[ChildProcess], grace: float) -> None:
+    async def stop_relayed(self, workers: Sequence[ChildProcess], grace: float) -> None:
         pass
 
 
@@ -563,11 +563,12 @@ class Children:
             child.stopping = True
             if self.heartbeat is not None:
                 self.heartbeat.untrack(child)
-        # Workers of a tree of agents are stopped by their agents, one request per child
-        # of this process (``_subtree``); what is left alive, one by one.
+        # Workers of host agents are stopped by their agents: one request per child of
+        # this process in a tree, per agent in one level (``_subtree``); what is left
+        # alive, one by one.
         alive = [child for child in children if child.alive()]
         if alive:
-            await self.agents.stop_relayed_tree(alive, grace)
+            await self.agents.stop_relayed(alive, grace)
         for child in children:
             conn = self.runtime.connection_at(child.listen_path)
             if conn is not None and child.alive():

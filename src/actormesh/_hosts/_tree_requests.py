@@ -1,5 +1,6 @@
 """The controller's side of the requests that go down a tree of agents (``_subtree``):
-one request per child of the controller, the answers of every host of its subtree."""
+one request per child of the controller, the answers of every host of its subtree; or,
+to agents of one level, one request each."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from ._cast_tree import CastTree
     from ._subtree import Answer
 
-__all__ = ["down_tree"]
+__all__ = ["down_each", "down_tree"]
 
 
 async def down_tree(
@@ -55,3 +56,20 @@ async def down_tree(
             )
         results.append(answer)
     return results
+
+
+async def down_each(
+    op: str, groups: Sequence[tuple[AgentLink, Sequence[Any]]], *extra: Any
+) -> list[Answer]:
+    """Send ``op`` (with ``extra``) to each agent of ``groups`` (agents of one level),
+    each with its items; each group's answer, in order (``("lost", why)`` for an agent
+    that died before it answered)."""
+
+    async def one(link: AgentLink, items: Sequence[Any]) -> Answer:
+        try:
+            answer: Answer = (await link.down_tree(op, items, [], *extra))[""]
+        except ActorDiedError as error:
+            return ("lost", f"the host agent on {link.where} is gone: {error}")
+        return answer
+
+    return list(await asyncio.gather(*(one(link, items) for link, items in groups)))
