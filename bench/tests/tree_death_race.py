@@ -60,15 +60,47 @@ def main() -> None:
 
 
 def _call_after(link: Any, host: Any, mesh: Any, below: Any) -> dict[str, Any]:
-    routed = threading.Event()
+    # The loop is held until the program has sent its next call: whatever the controller
+    # still had to do about the death must be done by then.
+    return _below_once_own_failed(link, host, mesh, below, threading.Event())
+
+
+def _call_registered(runtime: Any, link: Any, host: Any, mesh: Any, below: Any) -> dict[str, Any]:
+    registered, handled, armed = threading.Event(), threading.Event(), threading.Event()
+    tree_agent_lost = runtime.host_agents._tree_agent_lost
+
+    def then_release(*args: Any) -> None:
+        tree_agent_lost(*args)  # (fails the requests routed through the dead agent)
+        handled.set()
+
+    register = runtime.register
+
+    def register_then_wait(handler: Any) -> int:
+        req_id: int = register(handler)
+        if armed.is_set() and threading.current_thread() is threading.main_thread():
+            armed.clear()
+            registered.set()  # (the loop goes on with the death)
+            handled.wait(30)  # its frames leave only after the loop failed the others
+        return req_id
+
+    runtime.host_agents._tree_agent_lost = then_release
+    runtime.register = register_then_wait
+    return _below_once_own_failed(link, host, mesh, below, registered, armed.set)
+
+
+def _below_once_own_failed(
+    link: Any, host: Any, mesh: Any, below: Any, hold: threading.Event, arm: Any = None
+) -> dict[str, Any]:
+    """Kill host 0's agent while a call to its own host waits; once that call failed,
+    call the hosts below it from here. The loop, right after failing host 0's own ranks,
+    waits for ``hold`` (set once the call below is sent, if not before) before it handles
+    the rest of the death; ``arm`` is called just before the call below."""
     lost = type(link).lost
 
     def lost_then_hold(self: Any, how: str) -> None:
         lost(self, how)  # (fails its host's own ranks: the program below wakes)
         if self is link:
-            # Hold the loop here until the program has sent its next call: whatever the
-            # controller still had to do about the death must be done by now.
-            routed.wait(30)
+            hold.wait(30)
 
     type(link).lost = lost_then_hold
     host.freeze()  # (its own call below waits until it dies)
@@ -79,51 +111,10 @@ def _call_after(link: Any, host: Any, mesh: Any, below: Any) -> dict[str, Any]:
         own.get(timeout=60)
     except ActorDiedError:
         outcome["own_failed"] = True
+    if arm is not None:
+        arm()
     after = below.echo.call(5)  # (sent from here, now)
-    routed.set()
-    outcome["answered"] = list(after.get(timeout=60).values())
-    return outcome
-
-
-def _call_registered(runtime: Any, link: Any, host: Any, mesh: Any, below: Any) -> dict[str, Any]:
-    registered, handled = threading.Event(), threading.Event()
-    lost = type(link).lost
-
-    def lost_then_wait(self: Any, how: str) -> None:
-        lost(self, how)  # (fails its host's own ranks: the program below wakes)
-        if self is link:
-            registered.wait(30)  # until the program's next request is registered
-
-    tree_agent_lost = runtime.host_agents._tree_agent_lost
-
-    def then_release(*args: Any) -> None:
-        tree_agent_lost(*args)  # (fails the requests routed through the dead agent)
-        handled.set()
-
-    register = runtime.register
-    armed = threading.Event()
-
-    def register_then_wait(handler: Any) -> int:
-        req_id: int = register(handler)
-        if armed.is_set() and threading.current_thread() is threading.main_thread():
-            armed.clear()
-            registered.set()
-            handled.wait(30)  # its frames leave only after the loop failed the others
-        return req_id
-
-    type(link).lost = lost_then_wait
-    runtime.host_agents._tree_agent_lost = then_release
-    runtime.register = register_then_wait
-    host.freeze()  # (its own call below waits until it dies)
-    own = mesh.slice(hosts=0).echo.call(1)
-    host.die()
-    outcome: dict[str, Any] = {}
-    try:
-        own.get(timeout=60)
-    except ActorDiedError:
-        outcome["own_failed"] = True
-    armed.set()
-    after = below.echo.call(5)
+    hold.set()
     outcome["answered"] = list(after.get(timeout=60).values())
     return outcome
 
