@@ -263,12 +263,15 @@ def test_a_host_failing_its_spawn_fails_spawn_procs_and_leaves_no_worker(
     wait_until(lambda: not _processes_of(name), 30, "every worker of the failed spawn to go")
 
 
+@pytest.mark.parametrize("victim", [VICTIM, FAN_OUT], ids=["on-top", "below-another"])
 def test_an_agent_dying_during_spawn_procs_fails_it_and_leaves_no_worker(
-    network: Network, tmp_path: Path
+    network: Network, tmp_path: Path, victim: int
 ) -> None:
-    # The workers take 3 s to start; host VICTIM's agent, which relays the spawn to the
-    # hosts below it, is killed meanwhile. The spawn fails naming it, and what did start
-    # anywhere (below it too, where the request had gone on) is stopped.
+    # The workers take 3 s to start; the agent of host ``victim``, which relays the spawn
+    # to the hosts below it, is killed meanwhile: one the controller reaches first, or
+    # one below another agent (which then answers for it). The spawn fails naming it,
+    # and what did start anywhere (below it too, where the request had gone on) is
+    # stopped.
     mesh, agents = _tree_on(network)
     name = f"interrupted-{os.getpid()}"
     slow = mesh.with_python_executable(_slow_python(tmp_path, 3.0))
@@ -283,16 +286,17 @@ def test_an_agent_dying_during_spawn_procs_fails_it_and_leaves_no_worker(
     spawner = threading.Thread(target=spawn)
     try:
         spawner.start()
-        deepest = network.hosts[HOSTS - 1].ip  # below VICTIM: reached through it
+        deepest = network.hosts[HOSTS - 1].ip  # (below either victim, with 8 hosts)
         wait_until(lambda: len(_processes_of(name)) == HOSTS, 60, "a worker starting per host")
-        agents[VICTIM].send_signal(signal.SIGKILL)
+        agents[victim].send_signal(signal.SIGKILL)
         spawner.join(timeout=90)
         assert not spawner.is_alive()
         assert len(failed) == 1 and isinstance(failed[0], ActorDiedError), failed
-        assert f"({network.hosts[VICTIM].ip})" in str(failed[0])
+        # (the first host that failed is the victim's own: "... on node (ip) is gone")
+        assert f"({network.hosts[victim].ip}) is gone" in str(failed[0])
         wait_until(lambda: not _processes_of(name), 30, "every worker of the failed spawn to go")
         # The rest of the tree starts workers again, below the dead agent too.
-        rest = mesh.slice(hosts=slice(1, HOSTS)).spawn_procs(per_host={"gpus": 1})
+        rest = mesh.slice(hosts=slice(victim + 1, HOSTS)).spawn_procs(per_host={"gpus": 1})
         answers = rest.spawn("w", Where).where.call().get(timeout=60)
         assert f"|tcp://{deepest}:" in str(list(answers.values())[-1]["address"])
         rest.stop().get(timeout=60)

@@ -29,8 +29,9 @@ from .._core import dumps, error_payload, headers, loads
 __all__ = ["Answer", "Branch", "Subtree", "branch_addresses"]
 
 # One host's part of the answer: ("ok", what its agent's own part returned), ("error",
-# payload) with the error that stopped it (``error_payload``), or ("lost", reason) when
-# the agent relaying to the host died before it answered.
+# payload) with the error that stopped it (``error_payload``), or ("lost", address) when
+# the agent at that address, the host's own or one relaying to it, died before it
+# answered (the controller turns the address into the host's name).
 Answer = tuple[str, Any]
 # A branch of the tree below an agent: the child's address, what its own host is to do
 # (the workers to start or stop), and the branches below it (``CastTree.branches``).
@@ -62,9 +63,9 @@ class _FromBelow:
     def on_lost(self, conn: Any, reason: str) -> bool:
         return False  # a child's loss comes through ``Subtree.lost``, by address
 
-    def lose(self, reason: str) -> None:
+    def lose(self, address: str) -> None:
         if not self.future.done():
-            self.future.set_result(reason)
+            self.future.set_result(address)
 
 
 class Subtree:
@@ -120,13 +121,12 @@ class Subtree:
         if isinstance(answer, dict):
             answer[address] = answer.pop("")
             return dict(answer)
-        # The child is gone (a reason), or could not read the request (an error payload).
+        # The child is gone (its address), or could not read the request (an error).
         failed: Answer = ("lost", answer) if isinstance(answer, str) else ("error", answer)
         return {each: failed for each in branch_addresses(branch)}
 
     def lost(self, address: str) -> None:
         """The child agent at ``address`` is unreachable: what was forwarded to it gets no
         answer from its subtree."""
-        reason = f"the host agent at {address}, which relays to this host, is gone"
         for waiting in self._below.pop(address, {}).values():
-            waiting.lose(reason)
+            waiting.lose(address)

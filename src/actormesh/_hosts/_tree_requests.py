@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._exceptions import ActorDiedError
+from ._subtree import Answer, branch_addresses
 
 if TYPE_CHECKING:
     from ._agent_link import AgentLink
     from ._cast_tree import CastTree
-    from ._subtree import Answer
 
 __all__ = ["down_each", "down_tree"]
 
@@ -22,40 +22,44 @@ async def down_tree(
     tree: CastTree, op: str, groups: Sequence[tuple[AgentLink, Sequence[Any]]], *extra: Any
 ) -> list[Answer]:
     """Send ``op`` (with ``extra``) through ``tree`` to every agent of ``groups``, each
-    with its items; each group's answer, in order. A host whose answer cannot come (the
-    agent this process reached it by died) is answered ``("lost", why)`` here."""
+    with its items; each group's answer, in order. A host whose answer cannot come (an
+    agent on its way died) is answered ``("lost", why)``, naming that agent's host."""
     targets = {tree.position(link): list(items) for link, items in groups}
     answers: dict[int, Answer] = {}
-    gone: dict[int, str] = {}  # the children of this process that died, why
+
+    def lost(address: str, dead: AgentLink | None, why: str = "") -> None:
+        link = tree.link_at(address)
+        if link is not None and dead is not None:
+            answers[tree.position(link)] = ("lost", gone_text(link, dead, why))
 
     async def down(top: AgentLink, items: list[Any], below: list[Any]) -> None:
         try:
             answer = await top.down_tree(op, items, below, *extra)
-        except ActorDiedError as error:
-            gone[tree.position(top)] = str(error)
-            answers[tree.position(top)] = (
-                "lost",
-                f"the host agent on {top.where} is gone: {error}",
-            )
+        except ActorDiedError as error:  # no answer for its whole branch
+            for address in branch_addresses((tree.address(top), items, below)):
+                lost(address, top, str(error))
             return
         for address, result in answer.items():
-            link = top if address == "" else tree.link_at(address)
-            if link is not None:
-                answers[tree.position(link)] = result
+            address = address or tree.address(top)
+            if result[0] == "lost":  # (an agent below died: the address of its host)
+                lost(address, tree.link_at(result[1]))
+            else:
+                link = tree.link_at(address)
+                if link is not None:
+                    answers[tree.position(link)] = result
 
     await asyncio.gather(*(down(*branch) for branch in tree.branches(targets)))
-    results = []
-    for link, _ in groups:
-        answer = answers.get(tree.position(link))
-        if answer is None:
-            top, _ = tree.route(link)
-            why = gone.get(tree.position(top), "it did not answer")
-            answer = (
-                "lost",
-                f"the host agent on {top.where}, which relays to this host, is gone: {why}",
-            )
-        results.append(answer)
-    return results
+    return [
+        answers.get(tree.position(link), ("lost", f"{link.where} did not answer"))
+        for link, _ in groups
+    ]
+
+
+def gone_text(link: AgentLink, dead: AgentLink, why: str = "") -> str:
+    """Why ``link``'s host gave no answer: ``dead``'s agent, its own or on its way, died."""
+    text = f"the host agent on {dead.where}"
+    text += " is gone" if dead is link else ", which relays to this host, is gone"
+    return f"{text}: {why}" if why else text
 
 
 async def down_each(
@@ -69,7 +73,7 @@ async def down_each(
         try:
             answer: Answer = (await link.down_tree(op, items, [], *extra))[""]
         except ActorDiedError as error:
-            return ("lost", f"the host agent on {link.where} is gone: {error}")
+            return ("lost", gone_text(link, link, str(error)))
         return answer
 
     return list(await asyncio.gather(*(one(link, items) for link, items in groups)))
