@@ -354,6 +354,47 @@ def test_casts_and_single_calls_to_a_deep_actor_keep_their_order(
         assert where.recall.call().get(timeout=30).values()[-1] == -value
 
 
+def test_a_worker_dead_just_before_a_cast_does_not_hold_back_its_neighbours(
+    hosts: HostMesh,
+) -> None:
+    # A worker of the deepest host dies, and its agent hears of it before a call to it
+    # and its neighbour arrives, while the controller has not yet (its exit event is held
+    # back here until the call has left). The agent must not wait for the dead worker's
+    # reply: the neighbour's would wait with it for good (a process mesh's stop waited for
+    # its whole stop_grace).
+    runtime = Runtime.get()
+    procs = hosts.slice(hosts=HOSTS - 1).spawn_procs(per_host={"gpus": 2})
+    on_event = runtime.frame_kinds[headers.EVENT]
+    held: list[tuple[Any, ...]] = []
+    heard = threading.Event()
+
+    def hold_exits(conn: Any, header: tuple[Any, ...], parts: Any) -> None:
+        if headers.read(headers.Event, header).what == "exited":
+            held.append((conn, header, parts))
+            heard.set()
+            return
+        on_event(conn, header, parts)
+
+    try:
+        mesh = procs.spawn("w", Where)
+        pids = [value["pid"] for value in mesh.where.call().get(timeout=30).values()]
+        runtime.frame_kinds[headers.EVENT] = hold_exits
+        os.kill(pids[0], signal.SIGKILL)
+        assert heard.wait(30), "the agent did not report the worker's exit"
+        call = mesh.where.call()
+        runtime.frame_kinds[headers.EVENT] = on_event
+        for event in held:
+            runtime.call_soon(on_event, *event)
+        with pytest.raises(ActorDiedError):
+            call.get(timeout=20)
+        # The neighbour's answer came: the call is over for it too.
+        state = mesh._state
+        wait_until(lambda: state.in_flight([0, 1]) == [0, 0], 20, "rank 1's answer")
+    finally:
+        runtime.frame_kinds[headers.EVENT] = on_event
+        procs.stop().get(timeout=60)
+
+
 def test_deep_actors_print_call_each_other_and_restart_in_place(
     network: Network, hosts: HostMesh, where: ActorMesh[Where], capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -438,7 +438,11 @@ class Agent:
         the child agents at ``children`` before answering on ``conn``. ``share``: the shared
         memory a bulk cast's parts are in already (``_bulk``)."""
         if gather:
-            waiting = {address: len(ranks) for address, ranks, _ in targets}
+            # Not for a worker already gone: its exit went to the owner, who fails its
+            # ranks; waiting for it would hold the others' replies back for good.
+            waiting = {
+                address: len(ranks) for address, ranks, _ in targets if self._reachable(address)
+            }
             waiting.update((address, 1) for address in children)
             reduction = Reduction(combine) if combine is not None else None
             # Between agents the frame up always goes (DONE); to the owner, only if any.
@@ -461,6 +465,11 @@ class Agent:
         else:
             onward = headers.encode(headers.Route(hops[1:], address))
             self._peers.send(hops[0], [onward, *parts[1:]])
+
+    def _reachable(self, address: str) -> bool:
+        """True while this host's worker at ``address`` is connected."""
+        worker = self._workers.get(address)
+        return worker is not None and self.runtime.known_connection(worker.listen_path) is not None
 
     def _to_worker(self, address: str, parts: list[Any], share: SegmentShare | None = None) -> None:
         worker = self._workers.get(address)

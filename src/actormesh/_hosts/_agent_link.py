@@ -158,7 +158,9 @@ class _HostRequest:
         if conn is not self.link.conn:
             return False
         if not self.future.done():
-            self.future.set_exception(ActorDiedError(reason, reason=reason))
+            # (named by its host, not as the connection's peer process)
+            why = self.link.lost_reason or f"the host agent on {self.link.where} is gone: {reason}"
+            self.future.set_exception(ActorDiedError(why, reason=why))
         return True
 
 

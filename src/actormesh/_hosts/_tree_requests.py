@@ -37,7 +37,7 @@ async def down_tree(
             answer = await top.down_tree(op, items, below, *extra)
         except ActorDiedError as error:  # no answer for its whole branch
             for address in branch_addresses((tree.address(top), items, below)):
-                lost(address, top, str(error))
+                lost(address, top, _how(top, error))
             return
         for address, result in answer.items():
             address = address or tree.address(top)
@@ -53,6 +53,11 @@ async def down_tree(
         answers.get(tree.position(link), ("lost", f"{link.where} did not answer"))
         for link, _ in groups
     ]
+
+
+def _how(link: AgentLink, error: ActorDiedError) -> str:
+    """How ``link``'s agent went, from the error its request failed with."""
+    return str(error).removeprefix(f"the host agent on {link.where} is gone: ")
 
 
 def gone_text(link: AgentLink, dead: AgentLink, why: str = "") -> str:
@@ -73,7 +78,7 @@ async def down_each(
         try:
             answer: Answer = (await link.down_tree(op, items, [], *extra))[""]
         except ActorDiedError as error:
-            return ("lost", gone_text(link, link, str(error)))
+            return ("lost", gone_text(link, link, _how(link, error)))
         return answer
 
     return list(await asyncio.gather(*(one(link, items) for link, items in groups)))
