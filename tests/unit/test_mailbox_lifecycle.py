@@ -1,7 +1,8 @@
 """A mailbox's actor thread and close hooks across construction: a construction that
-fails ends the thread, and an actor stopped while it was being built (its class' module
-importing, its ``__init__`` running) has its close hooks run once it exists. A real event
-loop in a thread; the actor is a stand-in."""
+fails ends the thread, an actor stopped while it was being built (its class' module
+importing, its ``__init__`` running) has its close hooks run once it exists, and a build
+that ends after the process' loop closed raises nothing. A real event loop in a thread;
+the actor is a stand-in."""
 
 from __future__ import annotations
 
@@ -92,3 +93,33 @@ def test_an_actor_stopped_while_it_was_built_is_closed_once_it_exists(
     mailbox._thread.join(10)
     assert not mailbox._thread.is_alive()
     assert actor.closes == 1
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["built", "init-raised"])
+def test_a_build_that_ends_after_its_process_loop_closed_raises_nothing(fails: bool) -> None:
+    # A process whose mesh is stopped while an actor is being built closes its loop; the
+    # build's outcome then has nowhere to go, and must not end the actor's thread with
+    # "RuntimeError: Event loop is closed" printed as an uncaught exception.
+    loop = asyncio.new_event_loop()
+    released, next_job = threading.Event(), threading.Event()
+    escaped: list[BaseException | None] = []
+    hook = threading.excepthook
+    threading.excepthook = lambda args: escaped.append(args.exc_value)
+    try:
+
+        def late() -> StandIn:
+            assert released.wait(10)
+            if fails:
+                raise RuntimeError("__init__ failed")
+            return StandIn()
+
+        mailbox = Mailbox(loop, "actor late")
+        mailbox.construct(late, lambda error: None)
+        loop.close()
+        released.set()
+        # The thread goes on to its next job (an uncaught error would have ended it).
+        mailbox._jobs.put((next_job.set,))
+        assert next_job.wait(10), "the actor's thread died"
+        assert escaped == []
+    finally:
+        threading.excepthook = hook

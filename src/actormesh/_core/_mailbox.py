@@ -275,7 +275,7 @@ class Mailbox:
             else:
                 host = built
         except BaseException as error:
-            self._loop.call_soon_threadsafe(self._after_construct, error, done)
+            self._constructed(error, done)
             return
         with self._lock:
             self._host = host
@@ -284,7 +284,19 @@ class Mailbox:
             # Stopped while it was being built (``close`` found no actor to close): its
             # close hooks run now, here, as they would have (in the actor's context).
             self._close_host(host, None)
-        self._loop.call_soon_threadsafe(self._after_construct, None, done)
+        self._constructed(None, done)
+
+    def _constructed(
+        self, error: BaseException | None, done: Callable[[BaseException | None], None]
+    ) -> None:
+        """Hand the outcome of a build to the loop (actor's thread)."""
+        try:
+            self._loop.call_soon_threadsafe(self._after_construct, error, done)
+        except RuntimeError:
+            if not self._loop.is_closed():
+                raise
+            # The process is ending (its mesh was stopped while the actor was being
+            # built): nobody waits for the outcome any more.
 
     def _after_construct(
         self, error: BaseException | None, done: Callable[[BaseException | None], None]
