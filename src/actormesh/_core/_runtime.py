@@ -451,6 +451,11 @@ class CoreRuntime:
             dead = self._dead_paths.get(path)
             if dead is not None:
                 raise ActorDiedError(f"the process is dead: {dead}", reason=dead)
+            # A way that closed knowing the process went with it (a relay whose host agent
+            # died) is not dialled around: its death is only not recorded yet.
+            gone = conn.gone_with if conn is not None else None
+            if gone is not None:
+                raise ActorDiedError(f"the process is dead: {gone}", reason=gone)
             if not tcp:
                 conn = self._new_connection(self._dial(path), peer=path)
                 self._remember_conn(path, conn)

@@ -69,6 +69,15 @@ class RelayConnection(Connection):
         """True once the worker is gone, or its agent is."""
         return self._closed or self.link.conn.closed
 
+    @property
+    def gone_with(self) -> str | None:
+        """Why the worker is gone, once its agent is (before the owner has handled the
+        agent's death, its workers' deaths are not recorded yet: this says it now)."""
+        link = self.link
+        if not link.conn.closed or link.leased:
+            return None
+        return link.lost_reason or f"the host agent on {link.where} is gone"
+
     def send(self, parts: Sequence[Buffer], share: SegmentShare | None = None) -> None:
         """Send one frame to the worker (through its agent); any thread.
 

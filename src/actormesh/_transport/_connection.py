@@ -149,6 +149,13 @@ class Connection:
         """True once the connection is closed, from either side."""
         return self._closed
 
+    @property
+    def gone_with(self) -> str | None:
+        """Once closed: why the process it led to is known to be gone with it (a way to
+        a worker through its host agent, whose agent died: no other way reaches it);
+        None: nothing is known (the process may still be reached another way)."""
+        return None
+
     def fileno(self) -> int:
         """The socket's descriptor (to watch it for the peer hanging up; never read it)."""
         return self._fd
