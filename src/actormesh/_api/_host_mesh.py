@@ -335,7 +335,7 @@ async def _launch(
     groups = [specs[i * per_host : (i + 1) * per_host] for i in range(len(links))]
     tree = runtime.host_agents.one_tree(links)
     started: Sequence[Sequence[ChildProcess] | BaseException]
-    if tree is not None:  # one request per child of the controller (_subtree_spawn)
+    if tree is not None:  # one request per child of the controller (_hosts/_subtree.py)
         workers = [_worker_specs(group) for group in groups]
         started = await runtime.host_agents.start_relayed_tree(
             tree, [(link, group) for link, group in zip(links, workers) if link is not None]

@@ -266,7 +266,7 @@ class Agent:
         return [(worker.listen_path, worker.returncode) for worker in workers]
 
     async def _drop_spawn(self, keys: Sequence[str]) -> None:
-        """The owner gave up a spawn (``_subtree_spawn``): stop the workers of ``keys``
+        """The owner gave up a spawn (``_subtree``): stop the workers of ``keys``
         started here, and refuse them should the request come later."""
         self._dropped.update(keys)
         dropped = [w for w in self._workers.values() if w.key in self._dropped]
@@ -437,12 +437,14 @@ class Agent:
         """Hand a cast to this host's ``targets``; with ``gather``, wait for them and for
         the child agents at ``children`` before answering on ``conn``. ``share``: the shared
         memory a bulk cast's parts are in already (``_bulk``)."""
+        # A gathering cast waits only for the workers connected here: one already gone is
+        # the owner's to fail (its exit went there), and waiting for it would hold the
+        # others' replies back for good.
+        reached = [
+            (address, ranks, inner, self._worker_conn(address)) for address, ranks, inner in targets
+        ]
         if gather:
-            # Not for a worker already gone: its exit went to the owner, who fails its
-            # ranks; waiting for it would hold the others' replies back for good.
-            waiting = {
-                address: len(ranks) for address, ranks, _ in targets if self._reachable(address)
-            }
+            waiting = {address: len(ranks) for address, ranks, _, to in reached if to is not None}
             waiting.update((address, 1) for address in children)
             reduction = Reduction(combine) if combine is not None else None
             # Between agents the frame up always goes (DONE); to the owner, only if any.
@@ -455,8 +457,8 @@ class Agent:
         # (A bulk cast's parts are in shared memory already: ``share`` lends it.)
         if share is None and len(targets) > 1:
             share = SegmentShare()
-        for address, _, inner in targets:
-            self._to_worker(address, [inner, *shared], share)
+        for address, _, inner, to in reached:
+            self._send_to(address, to, [inner, *shared], share)
 
     def _route(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
         hops, address = headers.read(headers.Route, header)
@@ -466,14 +468,17 @@ class Agent:
             onward = headers.encode(headers.Route(hops[1:], address))
             self._peers.send(hops[0], [onward, *parts[1:]])
 
-    def _reachable(self, address: str) -> bool:
-        """True while this host's worker at ``address`` is connected."""
-        worker = self._workers.get(address)
-        return worker is not None and self.runtime.known_connection(worker.listen_path) is not None
-
     def _to_worker(self, address: str, parts: list[Any], share: SegmentShare | None = None) -> None:
+        self._send_to(address, self._worker_conn(address), parts, share)
+
+    def _worker_conn(self, address: str) -> Connection | None:
+        """The connection to this host's worker at ``address``; None once it is gone."""
         worker = self._workers.get(address)
-        target = None if worker is None else self.runtime.known_connection(worker.listen_path)
+        return None if worker is None else self.runtime.known_connection(worker.listen_path)
+
+    def _send_to(
+        self, address: str, target: Connection | None, parts: list[Any], share: SegmentShare | None
+    ) -> None:
         if target is None:
             # Gone (its exit is on its way to the owner, who fails the call then).
             log.debug("dropping a frame for %s: no such worker here now", address)
