@@ -259,9 +259,10 @@ class Dialing:
         self.agents: dict[str, SimAgentRuntime] = {}
         self.tally: Tally | None = None  # counts the controller's links it dials
 
-    def dial(self, runtime: Runtime, path: str, counted: bool) -> Any:
+    def dial(self, runtime: Runtime, path: str, counted: bool, fresh: bool = False) -> Any:
         """The open link from ``runtime`` to the agent at ``path``; ``None`` when
-        ``path`` is not an address of the simulation."""
+        ``path`` is not an address of the simulation. ``fresh``: a new one, not started,
+        known by no path (``Runtime.dial``)."""
         if not path.startswith(_PREFIX):
             return None
         target = self.agents.get(path)
@@ -270,7 +271,7 @@ class Dialing:
             raise ActorDiedError(reason, reason=reason)
         with runtime._conns_lock:
             known = runtime._conns.get(path)
-            if known is not None and not known.closed:
+            if known is not None and not known.closed and not fresh:
                 return known
             mine, theirs = CountedLink.pair(
                 (runtime.loop, runtime._on_frame, runtime._on_close),
@@ -279,8 +280,10 @@ class Dialing:
             )
             if counted:
                 mine.tally = self.tally
-            runtime._conns[path] = mine  # type: ignore[assignment]
-        runtime.loop.call_soon_threadsafe(mine.start)
+            if not fresh:
+                runtime._conns[path] = mine  # type: ignore[assignment]
+        if not fresh:
+            runtime.loop.call_soon_threadsafe(mine.start)
         target.loop.call_soon_threadsafe(theirs.start)
         target.accepted.append(theirs)
         return mine
@@ -306,6 +309,11 @@ class SimControllerRuntime(Runtime):
             return super().connection(path)
         link = dialing.dial(self, path, counted=True)
         return super().connection(path) if link is None else link
+
+    def dial(self, path: str) -> Any:
+        dialing = self.dialing
+        link = None if dialing is None else dialing.dial(self, path, counted=True, fresh=True)
+        return super().dial(path) if link is None else link
 
 
 class SimAgentRuntime(Runtime):
@@ -368,12 +376,22 @@ class SimAgentRuntime(Runtime):
     def _exit_worker(self, why: str) -> None:
         if self.closed:
             return
-        self.closed = True
+        for leave in self.on_exit:  # (an agent tells the agents it adopted to end)
+            leave()
         for child in list(self.children.processes.values()):
             child.stopping = True
         self.children.processes.clear()
-        if self._parent is not None:
-            self._parent.close()
+        self.close_links()
+
+    def close_links(self) -> None:
+        """Close every link of this agent, as its process' exit closes its TCP
+        connections (to its owner, and to and from other agents in a tree)."""
+        self.closed = True  # nothing dials it any more (Dialing refuses a closed one)
+        with self._conns_lock:
+            dialled = list(self._conns.values())
+        for link in [self._parent, *dialled, *self.accepted]:
+            if isinstance(link, MemoryLink):
+                link.close()
 
 
 @dataclass
@@ -396,14 +414,8 @@ class SimHost:
     def die(self) -> None:
         """The agent's process ends: its links close, as its TCP connections would (to
         the controller, and to and from other agents in a tree)."""
-        runtime = self.runtime
-        runtime.closed = True  # nothing dials it any more (Dialing refuses a closed one)
         self.mine.close()
-        with runtime._conns_lock:
-            dialled = list(runtime._conns.values())
-        for link in [*dialled, *runtime.accepted]:
-            if isinstance(link, MemoryLink):
-                link.close()
+        self.runtime.close_links()
 
 
 class SimulatedHosts:
@@ -414,7 +426,7 @@ class SimulatedHosts:
         self.loop = loop
         self.tally = tally or Tally()
         self.hosts: list[SimHost] = []
-        self.by_conn: dict[Any, SimHost] = {}
+        self.by_link: dict[int, SimHost] = {}  # by id() of the controller's AgentLink
         self.dialing = Dialing()
         self.dialing.tally = self.tally
         self._config = Config(event_log=False, output="off", progress="never")
@@ -461,14 +473,15 @@ class SimulatedHosts:
             made += await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(batch, self.loop))
         for host in made:
             host.theirs.start()
-            self.by_conn[host.theirs] = host
         self.hosts += made
         joined = {j.key: j for j in await waiting.wait(runtime.config.spawn_timeout, "here")}
-        return [runtime.adopt_agent(joined[host.runtime.key]) for host in made]
+        links = [runtime.adopt_agent(joined[host.runtime.key]) for host in made]
+        self.by_link.update((id(link), host) for link, host in zip(links, made, strict=True))
+        return links
 
     async def stop_hosts(self, runtime: Runtime, links: Sequence[AgentLink], grace: float) -> None:
         await runtime.stop_processes([link.process for link in links], grace)
 
     def host_of(self, link: AgentLink) -> SimHost:
         """The simulated host behind an agent link of the controller."""
-        return self.by_conn[link.conn]
+        return self.by_link[id(link)]

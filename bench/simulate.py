@@ -157,6 +157,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     hosts = host_mesh(hosts_count, allocator=sim, **extra).get(timeout=args.spawn_timeout)
     result["join_s"] = time.perf_counter() - started
     result["join_frames"] = take_tally()
+    result["agent_connections"] = _agent_connections(runtime)
     started, cpu = time.perf_counter(), _controller_cpu(loop_ident)
     procs = hosts.spawn_procs(per_host={"gpus": per_host})
     result["spawn_procs_s"] = time.perf_counter() - started
@@ -376,6 +377,13 @@ def _detect(
     return out
 
 
+def _agent_connections(runtime: Any) -> int:
+    """How many of its agents the controller holds a connection of its own to (the
+    others reach it through the agent above them: ``_hosts/_uplink.py``)."""
+    routed = getattr(sys.modules.get("actormesh._hosts._routed"), "RoutedConnection", ())
+    return sum(not isinstance(link.conn, routed) for link in runtime.agents.values())
+
+
 def _last_answer_age(host: Any) -> float | None:
     """Seconds since the controller's heartbeat monitor last heard from ``host``'s agent
     (a frozen agent is declared dead that much sooner than its timeout)."""
@@ -457,6 +465,7 @@ ROWS = [
     ("bytes sent for a cast to all hosts but one (a slice)", "slice_cast_bytes", "{:,.0f}"),
     ("  calling thread's CPU for it, µs", "slice_cast_caller_cpu_us", "{:,.0f}"),
     ("agents join, s", "join_s", "{:.2f}"),
+    ("agent connections the controller holds", "agent_connections", "{:,}"),
     ("spawn_procs, s", "spawn_procs_s", "{:.2f}"),
     ("  controller CPU for it (both threads), s", "spawn_procs_cpu_s", "{:.3f}"),
     ("  frames the controller sent / received for it", "spawn_procs_frame_counts", "{}"),

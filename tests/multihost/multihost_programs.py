@@ -15,8 +15,8 @@ from ``ACTORMESH_FAN_OUT``) waits for COUNT host agents, starts one process on e
 prints ``READY``, then, on a line ``go VICTIM`` from stdin, keeps four gathering calls
 on every host in flight, prints ``STREAMING`` after the first answers (the test kills
 or cuts host VICTIM's agent then), goes on until ten calls after the first failure (or
-60 s), and prints, as JSON, every call's outcome and whether the hosts other than
-VICTIM answer the next cast.
+60 s), and prints, as JSON, every call's outcome, whether the hosts other than VICTIM
+answer the next cast, and which agents the controller then holds a connection to.
 
 ``python multihost_programs.py leased_tree LISTEN COUNT NAME`` makes a leased job of
 COUNT host agents as a tree (``ACTORMESH_FAN_OUT``), prints as JSON how many of its
@@ -109,8 +109,23 @@ def stream(listen: str, count: int) -> None:
         survivors["cast"] = ranks == list(range(victim + 1, count))
     except Exception as error:
         survivors["cast"] = f"{type(error).__name__}: {error}"
-    print(json.dumps({"outcomes": outcomes, "next": survivors}), flush=True)
+    report = {"outcomes": outcomes, "next": survivors, "joined": _joined_directly()}
+    print(json.dumps(report), flush=True)
     time.sleep(600)
+
+
+def _joined_directly() -> list[int]:
+    """The positions of the live agents of the tree this controller holds a connection of
+    its own to (the others reach it through the agent above them)."""
+    from actormesh._hosts import Runtime
+    from actormesh._hosts._routed import as_routed
+
+    links = Runtime.get().agents.values()
+    return sorted(
+        link.tree.position(link)
+        for link in links
+        if link.tree is not None and link.lost_reason is None and as_routed(link.conn) is None
+    )
 
 
 def leased_tree(listen: str, count: int, name: str) -> None:

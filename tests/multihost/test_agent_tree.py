@@ -18,6 +18,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -605,6 +606,13 @@ def _check_report(network: Network, report: dict[str, Any], position: int = VICT
         assert failure["error"] == "ActorDiedError", failure
         assert f"({dead_ip})" in failure["message"], failure
     assert report["next"] == {"ok": True, "cast": True}, report["next"]
+    # The controller holds a connection to the agents it reaches first only: the dead
+    # agent's children were adopted by their grandparent, or by the controller itself
+    # when the dead one was at the top (_uplink).
+    on_top = set(range(FAN_OUT)) - {position}
+    if position < FAN_OUT:
+        on_top |= set(_tree.children(position, HOSTS, FAN_OUT))
+    assert report["joined"] == sorted(on_top)
 
 
 def test_an_interior_agent_killed_mid_stream_fails_only_what_it_must(network: Network) -> None:
@@ -613,6 +621,59 @@ def test_an_interior_agent_killed_mid_stream_fails_only_what_it_must(network: Ne
 
 def test_an_interior_agent_cut_off_mid_stream_is_routed_around(network: Network) -> None:
     _check_report(network, _stream_and_break(network, BEAT, cut=True))
+
+
+def test_a_deeper_interior_agent_killed_mid_stream_leaves_its_children_to_the_one_above(
+    network: Network,
+) -> None:
+    # Host FAN_OUT hangs under host 0 and relays to hosts of the third level: host 0's
+    # agent adopts them, and the controller still holds no connection to them.
+    assert _tree.children(FAN_OUT, HOSTS, FAN_OUT), "the tree is too small for this test"
+    _check_report(network, _stream_and_break(network, {}, cut=False, position=FAN_OUT), FAN_OUT)
+
+
+def _tcp_peers(pid: int) -> list[str]:
+    """The remote IPv4 addresses of process ``pid``'s established TCP connections (from
+    its network namespace's table, by the inodes of its sockets)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    peers = []
+    with open(f"/proc/{pid}/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            if fields[3] == "01" and fields[9] in inodes:  # ESTABLISHED, ours
+                packed = struct.pack("<I", int(fields[2].split(":")[0], 16))
+                peers.append(socket.inet_ntoa(packed))
+    return peers
+
+
+def _agent_pid(network: Network, host: Any) -> int:
+    for pid in network.processes_in(host):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            if b"\0host\0--join\0" in cmdline.read():
+                return pid
+    raise AssertionError(f"no host agent runs in {host.netns}")
+
+
+def test_only_the_agents_the_controller_reaches_first_keep_a_connection_to_it(
+    network: Network, where: ActorMesh[Where]
+) -> None:
+    for index, host in enumerate(network.hosts):
+        to_controller = _tcp_peers(_agent_pid(network, host)).count(network.controller_ip)
+        if index < FAN_OUT:
+            assert to_controller >= 1, f"the agent of host {index} has no connection to it"
+        else:
+            assert to_controller == 0, f"the agent of host {index} is joined to it directly"
+    # The others answer its requests, and tell it of their workers, through the tree.
+    runtime = Runtime.get()
+    deep = [link for link in runtime.agents.values() if link.tree is not None][-1]
+    assert runtime.run_sync(deep.listen_for_peers(), timeout=30).startswith("tcp://")
+    assert len(where.where.call().get(timeout=30)) == 2 * HOSTS
 
 
 def test_the_controller_probes_only_the_agents_it_casts_to(where: ActorMesh[Where]) -> None:

@@ -68,7 +68,12 @@ Between host agents, when a host mesh has more hosts than its fan-out (``_hosts.
               one comes back as one Replies frame per child link, once its whole
               subtree answered
     Route     + a whole frame for the worker at ``address``, through the agents at
-              ``hops`` in turn (the last is its own): one actor's path down the tree
+              ``hops`` in turn (the last is its own): one actor's path down the tree;
+              ``address`` "" (``TO_AGENT``): the frame is for the last agent itself,
+              from its owner (an agent that joined through its parent, ``_hosts._uplink``)
+    Up        + a whole frame for the owner from the agent at ``origin``, which joined
+              through its parent: each agent above passes it on as it came, and the
+              owner reads the frame as if that agent's own connection carried it
     CastPlan  where a whole mesh's casts go, learnt once by every agent of its tree
               (``_hosts._cast_plan``): this host's workers ``targets``, ``(address,
               ranks)`` each, and ``below`` the branches to forward, ``(agent address,
@@ -153,9 +158,12 @@ __all__ = [
     "Shutdown",
     "Spawn",
     "StopMesh",
+    "TO_AGENT",
     "TREE_CAST",
     "TreeCast",
     "UNPLANNED",
+    "UP",
+    "Up",
     "View",
     "decode",
     "encode",
@@ -170,7 +178,9 @@ RELAY, CAST, REPLIES, HOST, EVENT = range(13, 18)
 OBSERVE, DEBUG = range(18, 20)
 # Bulk data (kept apart from the kinds above, which may grow).
 BULK_OPEN, BULK_DATA, BULK_ACK, BULK_CAST = range(40, 44)
-TREE_CAST, ROUTE, CAST_PLAN, PLANNED_CAST = range(20, 24)
+TREE_CAST, ROUTE, CAST_PLAN, PLANNED_CAST, UP = range(20, 25)
+# A Route's address for a frame to the last agent of its hops itself.
+TO_AGENT = ""
 
 # The rank of a reply that stands for several ranks: ``(runs of ranks, combined value)``.
 PARTIAL = -2
@@ -287,6 +297,10 @@ class Route(NamedTuple):
     address: str
 
 
+class Up(NamedTuple):
+    origin: str
+
+
 class CastPlan(NamedTuple):
     mesh_id: str
     plan: int
@@ -384,6 +398,7 @@ KINDS: dict[int, type[tuple[Any, ...]]] = {
     ROUTE: Route,
     CAST_PLAN: CastPlan,
     PLANNED_CAST: PlannedCast,
+    UP: Up,
 }
 _KIND_OF = {cls: kind for kind, cls in KINDS.items()}
 Header = tuple[Any, ...]  # an instance of a class of KINDS

@@ -162,6 +162,9 @@ class CoreRuntime:
         # what else closes once the runtime has (the job event log).
         self.owner: ProcessOwner = NO_PROCESSES
         self.on_shutdown: list[Callable[[], None]] = []
+        # What a worker or agent does as it starts to exit, whatever the cause (a host
+        # agent tells the agents it adopted to end: see _hosts._uplink).
+        self.on_exit: list[Callable[[], None]] = []
         self._frames = self._frame_table()
 
     # -- construction -------------------------------------------------------------------
@@ -484,6 +487,15 @@ class CoreRuntime:
         conn = self._conns.get(path)
         return conn if conn is not None and not conn.closed else None
 
+    def dial(self, path: str) -> Connection:
+        """A new connection to the process at ``path``, known by no path (blocking: run
+        it on a thread). The caller starts it once it is ready for its frames.
+
+        Raises:
+            ActorDiedError: nothing can be reached at ``path``.
+        """
+        return self._new_connection(self._dial(path), peer=path, same_host=not is_tcp(path))
+
     def connection_at(self, path: str) -> Connection | None:
         """The connection ``path`` is known by, open or not (a worker's, once closed,
         stays until its exit is handled: ``_hosts.Children``)."""
@@ -509,6 +521,11 @@ class CoreRuntime:
         """Make ``conn`` this process' owner's connection (a controller attached to a
         host agent's lease); only it may shut the process down from now on."""
         self._parent = conn
+
+    @property
+    def owner_connection(self) -> Connection | None:
+        """The connection to this process' owner as it is now; None in a controller."""
+        return self._parent
 
     @property
     def parent(self) -> Connection:
@@ -594,6 +611,11 @@ class CoreRuntime:
             **self.hosting.handlers(),
         }
         return frame_table(hdr.LAYOUTS, handlers, self._other_kind)
+
+    def receive(self, conn: Connection, parts: list[memoryview]) -> None:
+        """Handle a frame as if ``conn`` carried it (loop thread): one that came wrapped
+        in another (``UP``, ``ROUTE`` to an agent itself; see ``_hosts._uplink``)."""
+        self._on_frame(conn, parts)
 
     def _on_frame(self, conn: Connection, parts: list[memoryview]) -> None:
         try:
@@ -715,6 +737,9 @@ class CoreRuntime:
             return
         log.debug("worker %s exiting: %s", self.key, why)
         self.closed = True
+        for leave in self.on_exit:
+            with contextlib.suppress(Exception):
+                leave()
         self.hosting.close_all()
         if self._listener is not None:
             self._listener.close()

@@ -65,6 +65,7 @@ from ._process import ChildProcess
 from ._reduction import Reduction
 from ._runtime import Runtime
 from ._subtree import Subtree
+from ._uplink import Uplink
 
 __all__ = [
     "Agent",
@@ -132,6 +133,10 @@ class Agent:
         runtime.event_source = "agent"  # an event log of this host's workers
         self.info = dict(info or {})  # what its HELLO said of this host
         self._owner = runtime.parent  # (a controller attaching to a lease replaces it)
+        # In a tree of agents: the way to the owner through the agent above, once that
+        # one adopted this agent (_uplink); and where the other agents reach this one.
+        self._uplink: Uplink | None = None
+        self._tree_address = ""
         # Workers by the address the owner knows them by (their TCP address).
         self._workers: dict[str, ChildProcess] = {}
         self._batches: dict[int, Batch] = {}
@@ -158,6 +163,8 @@ class Agent:
         runtime.frame_kinds[headers.ROUTE] = self._route
         runtime.frame_kinds[headers.CAST_PLAN] = self._learn_plan
         runtime.frame_kinds[headers.PLANNED_CAST] = self._planned_cast
+        runtime.frame_kinds[headers.UP] = self._up_from_below
+        runtime.on_exit.append(self._end_adopted)
         runtime.forward_replies = self._replies_from_below
         runtime.children.close_listeners.append(self._connection_closed)
         # Bulk casts wait for their data (_bulk), and the frames for workers behind them.
@@ -180,7 +187,13 @@ class Agent:
         sys.stderr = _OwnerStream(self, "stderr")
 
     def adopt_owner(self, conn: Connection) -> None:
-        """A controller attached to this agent's lease on ``conn``: it is the owner now."""
+        """``conn`` is the owner's from now on: a controller attached to this agent's
+        lease, or adopted it (``_be_adopted``). The way up through another agent, if it
+        was one, is left (what it held goes to ``conn``)."""
+        uplink = self._uplink
+        if uplink is not None and uplink is not conn:
+            uplink.handover(conn)
+            self._uplink = None
         self.runtime.adopt_owner(conn)
         self._owner = conn
 
@@ -200,9 +213,15 @@ class Agent:
         args = loads(parts[1], parts[2:])
         if op == "spawn":
             self.runtime.loop.create_task(self._answer(conn, req_id, self._spawn(*args)))
-        elif op in ("spawn_tree", "stop_tree"):
+        elif op in ("spawn_tree", "stop_tree", "adopt_tree"):
             items, below, *extra = args
-            own = self._spawn if op == "spawn_tree" else functools.partial(self._stop, *extra)
+            if op == "spawn_tree":
+                own: Any = self._spawn
+            elif op == "stop_tree":
+                own = functools.partial(self._stop, *extra)
+            else:  # (at once: the frames that follow it may be the new owner's)
+                self._be_adopted(conn, items)
+                own = _nothing
             work = self._subtree.run(op, own, items, below, *extra)
             self.runtime.loop.create_task(self._answer(conn, req_id, work))
         elif op == "drop_spawn":
@@ -221,6 +240,9 @@ class Agent:
             self.runtime.loop.create_task(self._answer(conn, req_id, self._start_lease(*args)))
         elif op == "listen":
             self.runtime.loop.create_task(self._answer(conn, req_id, self._listen()))
+        elif op == "end":
+            if self._uplink is not None and conn is self._uplink.raw:
+                self.runtime._exit_worker("the agent above it ended")
         elif op == "forget_peer":
             self._peers.forget(*args)
         elif op == "watch":
@@ -297,7 +319,48 @@ class Agent:
                 "reach: it cannot be part of a tree of agents"
             )
         address: str = self.runtime.listen_tcp(self.runtime.advertise)
+        self._tree_address = address
         return address
+
+    def _be_adopted(self, conn: Connection, by_owner: Sequence[bool]) -> None:
+        """Take ``conn`` as the way to the owner (``HOST adopt_tree``, ``_uplink``): the
+        agent above dialled it, or, with ``by_owner`` ``[True]``, the owner itself (the
+        agents above this one are dead). Nothing to do for the agent the request reached
+        on its owner's connection (the top of the tree)."""
+        if conn is self._owner:
+            return
+        if by_owner and by_owner[0]:
+            self.adopt_owner(conn)
+            return
+        uplink = self._uplink
+        if uplink is None:
+            timeout = self.runtime.config.heartbeat_timeout
+            uplink = Uplink(self.runtime.loop, self._tree_address, self._orphan_ends, timeout)
+        uplink.attach(conn)
+        if self._owner is not uplink:
+            self.adopt_owner(uplink)
+            self._uplink = uplink
+
+    def _orphan_ends(self, why: str) -> None:
+        if self.lease is not None:
+            return  # a leased job's agent ends by its lease (it detaches, then expires)
+        log.warning("host agent ending: %s", why)
+        self.runtime._exit_worker(why)
+
+    def _end_adopted(self) -> None:
+        """This agent is ending: so do the agents it adopted (``_uplink``), at once."""
+        frame = [headers.encode(headers.HostOp(0, "end")), dumps(())[0]]
+        self._peers.send_all(frame)
+
+    def _up_from_below(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
+        """A frame for the owner from an agent below (it names its origin): up as it came."""
+        if self._uplink is not None and self._owner is self._uplink:
+            self._uplink.forward(parts)
+        else:
+            with contextlib.suppress(TransportClosed):
+                self._owner.send(parts)
 
     def _release(self, address: str) -> None:
         """The owner will not restart the dead worker at ``address``: let its port go."""
@@ -462,7 +525,14 @@ class Agent:
 
     def _route(self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]) -> None:
         hops, address = headers.read(headers.Route, header)
-        if not hops:
+        if not hops and address == headers.TO_AGENT:
+            # The owner's frame for this agent, down the tree: handled as the owner's.
+            uplink = self._uplink
+            if uplink is not None and conn is uplink.raw and self._owner is uplink:
+                self.runtime.receive(uplink, parts[1:])
+            else:
+                log.warning("dropping a frame routed to this agent by one not its owner")
+        elif not hops:
             self._to_worker(address, parts[1:])
         else:
             onward = headers.encode(headers.Route(hops[1:], address))
@@ -532,11 +602,18 @@ class Agent:
         """The child agent at ``address`` is unreachable: stop waiting for its subtree
         (the owner fails the ranks it held: it watches every agent itself)."""
         self._subtree.lost(address)
+        self._child_lost(address)
         for req_id, batch in list(self._batches.items()):
             if address in batch.waiting:
                 batch.waiting[address] = 1
                 if batch.answered(address):
                     self._flush(req_id)
+
+    def _child_lost(self, address: str) -> None:
+        """The connection to the child agent at ``address`` closed or could not be made:
+        the owner, who reaches it only through this agent, hears of its loss now."""
+        note = "closed its connection to the agent above it (it exited, or its host is unreachable)"
+        self._event("agent_lost", address, {"note": note})
 
     def _child_silent(self, address: str, note: str) -> None:
         """A child agent stopped answering heartbeats: the owner declares it dead."""
@@ -545,6 +622,8 @@ class Agent:
     def _connection_closed(self, conn: Connection) -> None:
         if self._peers.closed(conn):
             return
+        if self._uplink is not None:
+            self._uplink.orphaned(conn)  # (if it was the way up: it waits to be adopted)
         # The parent agent went away: what its subtree owes goes straight to the owner.
         for batch in self._batches.values():
             if batch.upstream is conn:
@@ -600,6 +679,10 @@ class Agent:
         header = headers.encode(headers.Event(what, address))
         with contextlib.suppress(TransportClosed):
             self._owner.send([header, dumps(details)[0]])
+
+
+async def _nothing(items: Sequence[Any]) -> None:
+    """A host's own part of a request that has none left to do."""
 
 
 def host_info(advertise: str) -> HostInfo:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._core import error_from_payload, headers, loads
+from .._core import dumps, error_from_payload, headers, loads
 from .._exceptions import ActorDiedError
 from .._transport import Connection, connect_address
 from ._agent_link import AgentLink, RelayedProcess, WorkerSpec
@@ -27,12 +28,15 @@ from ._children import Children
 from ._joining import JoinWait
 from ._process import ChildProcess, describe_exit, launch_agent
 from ._remote import Joined, RemoteProcess
+from ._routed import RoutedConnection, as_routed
 from ._tree_requests import down_each, down_tree
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
 
 __all__ = ["Agents"]
+
+log = logging.getLogger("actormesh.hosts")
 
 
 class Agents:
@@ -45,6 +49,7 @@ class Agents:
         self.links: dict[Connection, AgentLink] = {}
         self._agent_ids = itertools.count()
         runtime.frame_kinds[headers.EVENT] = self._on_agent_event
+        runtime.frame_kinds[headers.UP] = self._from_below
         children.agents = self
 
     def agent_exited(self, process: RemoteProcess, how: str) -> None:
@@ -58,11 +63,13 @@ class Agents:
             # host's ranks (link.lost) and calling again must not go through it. Its own
             # ranks are marked dead then, before the calls below it fail: a program woken
             # by those finds them dead, with why.
+            adopted = [other for other in link.tree.under(link) if as_routed(other.conn)]
             below, above = link.tree.lost(link)
             self.runtime.topology += 1  # the way to the hosts below it changed
             routed_before = self.runtime.topology
             link.lost(how)
             self._tree_agent_lost(link, how, below, above, routed_before)
+            self._orphans(link, below, adopted)
 
     def adopt_agent(self, joined: Joined, kill: Callable[[], None] | None = None) -> AgentLink:
         """Own a host agent that joined (loop thread); its heartbeats are watched."""
@@ -204,6 +211,13 @@ class Agents:
         if link is None:
             raise ValueError(f"an EVENT from {conn.peer}, which is no host agent of ours")
         what, address = headers.read(headers.Event, header)
+        if what == "agent_lost" and link.tree is not None:
+            # Its parent's connection to an agent that joined through it closed.
+            gone = link.tree.link_at(address)
+            routed = as_routed(gone.conn) if gone is not None else None
+            if routed is not None and gone is not None and gone.process.alive():
+                routed.lost(str(loads(parts[1])["note"]))
+            return
         if what == "agent_silent" and link.tree is not None:
             # A parent agent's heartbeats found its child silent (_child_watch).
             silent = link.tree.link_at(address)
@@ -220,7 +234,85 @@ class Agents:
         addresses = await asyncio.gather(*(link.listen_for_peers() for link in links))
         tree = CastTree(links, k, addresses)
         self._watch_tree(tree)
+        await self._join_below(tree)
         return tree
+
+    async def _join_below(self, tree: CastTree) -> None:
+        """Have every agent of ``tree`` below the top adopted by its parent agent, and hang
+        up on it (``_uplink``): this process keeps a connection only to the agents it
+        reaches first. One whose adoption failed keeps its own connection."""
+        answers = await down_tree(tree, "adopt_tree", [(link, []) for link in tree.links])
+        for link, (kind, value) in zip(tree.links, answers, strict=True):
+            if tree.on_top(link) or link.lost_reason is not None:
+                continue
+            if kind == "ok":
+                old = link.conn
+                self._reconnect(link, RoutedConnection(link, self.runtime._on_close))
+                old.close()
+            else:
+                log.warning("%r stays joined to the controller: its parent did not adopt it "
+                            "(%s)", link, value)  # fmt: skip
+
+    def _reconnect(self, link: AgentLink, conn: Connection) -> None:
+        """Reach ``link``'s agent on ``conn`` from now on."""
+        self.links.pop(link.conn, None)
+        self.links[conn] = link
+        link.conn = conn
+        self.children.reconnect(link.process, conn)
+
+    def _from_below(
+        self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]
+    ) -> None:
+        """A frame an agent below sent up (``UP``): handled as if its own connection
+        carried it (``_routed``)."""
+        link = self.links.get(conn)
+        origin = headers.read(headers.Up, header).origin
+        source = link.tree.link_at(origin) if link is not None and link.tree else None
+        if source is None or source.lost_reason is not None:
+            log.debug("dropping a frame from the gone or unknown agent at %s", origin)
+            return
+        self.runtime.receive(source.conn, parts[1:])
+
+    def _orphans(self, link: AgentLink, below: list[AgentLink], adopted: list[AgentLink]) -> None:
+        """``link``'s agent died: the agents it had adopted are adopted by their nearest
+        live ancestor, or by this process itself (``_uplink``). While a host mesh shuts
+        down, every agent whose way up went through it is gone to us instead: they were
+        asked to end, and it can no longer tell us they did."""
+        if link.process.stopping or self.runtime.closed:
+            for other in below:
+                routed = as_routed(other.conn)
+                if routed is not None:
+                    other.process.stopping = True
+                    routed.lost(f"ended with the host agent above it, on {link.where}")
+            return
+        for orphan in adopted:
+            if orphan.lost_reason is None:
+                self.loop.create_task(self._adopt(orphan))
+
+    async def _adopt(self, orphan: AgentLink) -> None:
+        """Have ``orphan``'s agent adopted by its nearest live ancestor, or dial it and
+        adopt it here; lost if neither can be done."""
+        tree = orphan.tree
+        assert tree is not None
+        routed = as_routed(orphan.conn)
+        parent = tree.parent_of(orphan)
+        address = tree.address(orphan)
+        try:
+            if parent is not None:
+                answer = await parent.down_tree("adopt_tree", [], [(address, [], [])])
+                if answer.get(address, ("",))[0] != "ok":
+                    raise ConnectionError(f"{parent!r} could not adopt it: {answer.get(address)}")
+            else:
+                conn = await asyncio.to_thread(self.runtime.dial, address)
+                self._reconnect(orphan, conn)
+                conn.start()
+                request = headers.encode(headers.HostOp(0, "adopt_tree"))
+                conn.send([request, dumps(([True], []))[0]])
+                if routed is not None:
+                    routed.handover(conn)
+        except Exception as error:
+            if routed is not None and orphan.lost_reason is None:
+                routed.lost(f"could not be adopted again after the agent above it died: {error}")
 
     def _watch_tree(self, tree: CastTree, adopted: Sequence[AgentLink] = ()) -> None:
         """Probe only the agents that hang under this process in ``tree`` (``adopted``:

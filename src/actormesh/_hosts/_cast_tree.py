@@ -81,6 +81,16 @@ class CastTree:
                 found.append((parent, [self.links[c] for c in children]))
         return found
 
+    def under(self, link: AgentLink) -> list[AgentLink]:
+        """The live agents whose nearest live ancestor is ``link``'s (those it adopts)."""
+        found = _tree.live_children(self.position(link), len(self.links), self.k, self.dead)
+        return [self.links[p] for p in found]
+
+    def parent_of(self, link: AgentLink) -> AgentLink | None:
+        """``link``'s nearest live ancestor (``None``: the controller)."""
+        up = _tree.live_parent(self.position(link), self.k, self.dead)
+        return None if up == _tree.ROOT else self.links[up]
+
     def route(self, link: AgentLink) -> tuple[AgentLink, tuple[str, ...]]:
         """The first agent on the way to ``link``'s host (a child of the controller),
         and the addresses of the agents after it, ``link``'s own last."""

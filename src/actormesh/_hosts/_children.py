@@ -494,6 +494,20 @@ class Children:
         if not self._deferrals.active(path) and not self.owner_decides_restarts:
             child.release_address()  # no successor will listen there
 
+    def reconnect(self, child: RemoteProcess, conn: Connection) -> None:
+        """``child`` is reached on ``conn`` from now on, instead of its old connection
+        (a host agent adopted by the agent above it, or by this process again): the old
+        one's closing is no death of it (loop thread)."""
+        old = child.conn
+        if self._child_conns.get(old) is child:
+            del self._child_conns[old]
+        known = self._conns_of.get(id(child), [])
+        if old in known:
+            known.remove(old)
+        child.conn = conn
+        self.runtime.name_connection(child.listen_path, conn)
+        self._own_conn(conn, child)
+
     def _own_conn(self, conn: Connection, child: ChildProcess) -> None:
         """``conn`` is ``child``'s connection to us (its HELLO)."""
         self._child_conns[conn] = child

@@ -110,9 +110,11 @@ def _watch_parent(parent: int) -> None:
     threading.Thread(target=wait, name="actormesh-parent-watch", daemon=True).start()
 
 
-def _watch_owner_connection(fd: int) -> None:
+def _watch_owner_connection(fd: int, still_owner: Callable[[], bool]) -> None:
     """End this process soon after the owner's TCP connection closes, even if the event
-    loop is blocked (an owner on another host has no pid to watch)."""
+    loop is blocked (an owner on another host has no pid to watch); not if by then the
+    owner is reached another way (``still_owner()`` False: a host agent adopted by the
+    agent above it in a tree, see ``_uplink``)."""
     ended = select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL
 
     def wait() -> None:
@@ -123,7 +125,7 @@ def _watch_owner_connection(fd: int) -> None:
         # A free event loop sees the hang-up too and exits cleaner (its sockets and
         # directory removed) within milliseconds; step in only when it is blocked.
         time.sleep(_OWNER_GRACE)
-        if not _OUTLIVE_OWNER.is_set():
+        if not _OUTLIVE_OWNER.is_set() and still_owner():
             _exit_now()
 
     threading.Thread(target=wait, name="actormesh-owner-watch", daemon=True).start()
@@ -192,7 +194,8 @@ def serve(
         parent_sock=owner_sock,
     )
     if is_tcp(owner):
-        _watch_owner_connection(runtime.connection(owner).fileno())
+        first = runtime.connection(owner)
+        _watch_owner_connection(first.fileno(), lambda: runtime.owner_connection is first)
     if setup is not None:
         setup(runtime)
     loop.add_signal_handler(signal.SIGTERM, runtime._exit_worker, "SIGTERM")

@@ -55,6 +55,12 @@ class Peers:
         self._waiting[address] = [parts]
         self._runtime.loop.create_task(self._dial(address))
 
+    def send_all(self, parts: list[Any]) -> None:
+        """Send a frame to every agent connected now (none is dialled for it)."""
+        for conn in list(self._conns.values()):
+            with contextlib.suppress(TransportClosed):
+                conn.send(parts)
+
     async def _dial(self, address: str) -> None:
         try:
             conn: Connection = await asyncio.to_thread(self._runtime.connection, address)

@@ -82,21 +82,29 @@ class Subtree:
         # The requests forwarded to each child agent, by its address, then request id.
         self._below: dict[str, dict[int, _FromBelow]] = {}
 
-    async def run(
+    def run(
         self,
         op: str,
         own: Callable[[Sequence[Any]], Awaitable[Any]],
         items: Sequence[Any],
         below: Sequence[Branch],
         *extra: Any,
-    ) -> dict[str, Answer]:
+    ) -> Awaitable[dict[str, Answer]]:
         """Do this host's part (``own(items)``) while each branch of ``below`` goes on to
         the agent at its head as the same ``op`` (with ``extra``); the answer of each host
-        of the subtree, by its agent's address (this host's under ``""``)."""
+        of the subtree, by its agent's address (this host's under ``""``). The branches
+        leave before this returns: what the caller sends a child agent after the request
+        reaches it after the request (``adopt_tree``, then frames for the adopted)."""
         mine = asyncio.ensure_future(self._own(own, items))
-        theirs = await asyncio.gather(*(self._forward(op, branch, extra) for branch in below))
+        theirs = [self._forward(op, branch, extra) for branch in below]
+        return self._collect(mine, theirs)
+
+    async def _collect(
+        self, mine: Awaitable[Answer], theirs: list[Awaitable[dict[str, Answer]]]
+    ) -> dict[str, Answer]:
+        parts = await asyncio.gather(*theirs)
         answer: dict[str, Answer] = {"": await mine}
-        for part in theirs:
+        for part in parts:
             answer.update(part)
         return answer
 
@@ -106,13 +114,21 @@ class Subtree:
         except Exception as error:
             return ("error", error_payload(error, mesh="host", point={}, endpoint="host"))
 
-    async def _forward(self, op: str, branch: Branch, extra: tuple[Any, ...]) -> dict[str, Answer]:
+    def _forward(
+        self, op: str, branch: Branch, extra: tuple[Any, ...]
+    ) -> Awaitable[dict[str, Answer]]:
         address, items, below = branch
         waiting = _FromBelow(self._runtime.loop)
         req_id = self._runtime.register(waiting)
         self._below.setdefault(address, {})[req_id] = waiting
         payload, buffers = dumps((items, below, *extra))
         self._send(address, [headers.encode(headers.HostOp(req_id, op)), payload, *buffers])
+        return self._answer_of(branch, req_id, waiting)
+
+    async def _answer_of(
+        self, branch: Branch, req_id: int, waiting: _FromBelow
+    ) -> dict[str, Answer]:
+        address = branch[0]
         try:
             answer = await waiting.future
         finally:
