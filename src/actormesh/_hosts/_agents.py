@@ -286,15 +286,16 @@ class Agents:
                     routed.lost(f"ended with the host agent above it, on {link.where}")
             return
         for orphan in adopted:
-            if orphan.lost_reason is None:
-                self.loop.create_task(self._adopt(orphan))
+            routed = as_routed(orphan.conn)
+            if orphan.lost_reason is None and routed is not None:
+                routed.adopting = True  # (now: a request already woken may send to it)
+                self.loop.create_task(self._adopt(orphan, routed))
 
-    async def _adopt(self, orphan: AgentLink) -> None:
+    async def _adopt(self, orphan: AgentLink, routed: RoutedConnection) -> None:
         """Have ``orphan``'s agent adopted by its nearest live ancestor, or dial it and
         adopt it here; lost if neither can be done."""
         tree = orphan.tree
         assert tree is not None
-        routed = as_routed(orphan.conn)
         parent = tree.parent_of(orphan)
         address = tree.address(orphan)
         try:
@@ -302,16 +303,16 @@ class Agents:
                 answer = await parent.down_tree("adopt_tree", [], [(address, [], [])])
                 if answer.get(address, ("",))[0] != "ok":
                     raise ConnectionError(f"{parent!r} could not adopt it: {answer.get(address)}")
+                routed.resume()
             else:
                 conn = await asyncio.to_thread(self.runtime.dial, address)
                 self._reconnect(orphan, conn)
                 conn.start()
                 request = headers.encode(headers.HostOp(0, "adopt_tree"))
                 conn.send([request, dumps(([True], []))[0]])
-                if routed is not None:
-                    routed.handover(conn)
+                routed.handover(conn)
         except Exception as error:
-            if routed is not None and orphan.lost_reason is None:
+            if orphan.lost_reason is None:
                 routed.lost(f"could not be adopted again after the agent above it died: {error}")
 
     def _watch_tree(self, tree: CastTree, adopted: Sequence[AgentLink] = ()) -> None:

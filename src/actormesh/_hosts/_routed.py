@@ -41,8 +41,11 @@ class RoutedConnection(Connection):
         self.peer = link.process.listen_path
         self._closed_with = closed_with
         self._closed = False
-        # Frames sent while no agent above can carry them (the controller is adopting
-        # this one itself): they leave on its new connection (``handover``).
+        # True while the agent above it died and another is adopting it: frames sent
+        # meanwhile are held, so none reaches it before its adoption (it would drop one
+        # that comes on a connection not its owner's), and leave after (``resume``, or
+        # ``handover`` when this process adopts it itself).
+        self.adopting = False
         self._held: list[list[bytes]] = []
 
     @property
@@ -56,13 +59,22 @@ class RoutedConnection(Connection):
         tree = self.link.tree
         assert tree is not None
         first, hops = tree.route(self.link)
-        if first is self.link:  # no agent above it now: it is being adopted directly
+        if self.adopting or first is self.link:  # (the latter: the controller adopts it)
             self._held.append([bytes(part) for part in parts])
             return
         first.conn.send([headers.encode(headers.Route(hops, headers.TO_AGENT)), *parts])
 
+    def resume(self) -> None:
+        """The agent above it now adopted it: the frames held go down to it (loop thread)."""
+        self.adopting = False
+        held, self._held = self._held, []
+        for parts in held:
+            with contextlib.suppress(TransportClosed):
+                self.send(parts)
+
     def handover(self, conn: Connection) -> None:
         """The controller reaches the agent on ``conn`` now: what was held goes there."""
+        self.adopting = False
         held, self._held = self._held, []
         for parts in held:
             with contextlib.suppress(TransportClosed):
@@ -81,7 +93,8 @@ class RoutedConnection(Connection):
         if self._closed:
             return
         with contextlib.suppress(TransportClosed, AssertionError):
-            self.send([headers.encode(headers.Shutdown())])
+            if not self.adopting:
+                self.send([headers.encode(headers.Shutdown())])
         self._closed = True
         self._held.clear()
         self.link.loop.call_soon_threadsafe(self._closed_with, self, None)
