@@ -27,6 +27,7 @@ import actormesh
 from actormesh import ActorDiedError, ActorMesh, HostMesh, ProcMesh, host_mesh
 from actormesh._core import headers
 from actormesh._hosts import Runtime
+from actormesh._hosts._routed import as_routed
 from actormesh.allocators import ExternalAllocator
 from actormesh.testing import wait_until
 
@@ -52,6 +53,20 @@ def quick_stalls(monkeypatch: pytest.MonkeyPatch) -> float:
 @pytest.fixture
 def procs(network: Network, monkeypatch: pytest.MonkeyPatch) -> Iterator[ProcMesh]:
     """Two workers on each of the four hosts; bulk casts from 1 MiB on, here and there."""
+    yield from _procs_on(network, monkeypatch)
+
+
+@pytest.fixture
+def tree_keepers(network: Network, monkeypatch: pytest.MonkeyPatch) -> Iterator[ActorMesh[Keeper]]:
+    """Keepers on two workers of each of the four hosts, whose agents form a tree of
+    fan-out 2: hosts 0 and 1 at the top, 2 and 3 below host 0."""
+    for procs in _procs_on(network, monkeypatch, fan_out=2):
+        yield procs.spawn("keeper", Keeper)
+
+
+def _procs_on(
+    network: Network, monkeypatch: pytest.MonkeyPatch, **mesh_options: Any
+) -> Iterator[ProcMesh]:
     monkeypatch.setenv("ACTORMESH_BULK_THRESHOLD", str(MIB))  # (agents and workers)
     monkeypatch.setenv("ACTORMESH_BULK_CHUNK", str(64 << 10))
     runtime = Runtime.get()
@@ -60,7 +75,7 @@ def procs(network: Network, monkeypatch: pytest.MonkeyPatch) -> Iterator[ProcMes
     allocator = ExternalAllocator(f"{network.controller_ip}:0", timeout=60)
     address = allocator.listen().removeprefix("tcp://")
     assert allocator.secret is not None
-    future = host_mesh(4, allocator=allocator)
+    future = host_mesh(4, allocator=allocator, **mesh_options)
     agents = [network.start_agent(host, address, allocator.secret) for host in network.hosts]
     hosts: HostMesh = future.get(timeout=60)
     failures: list[actormesh.Failure] = []
@@ -133,6 +148,28 @@ def test_a_large_cast_leaves_the_controller_once_and_every_worker_maps_its_hosts
         assert "memfd:actormesh" in name and inode == other_inode != 0
     assert len({inode for _, inode in mappings}) == 4
     assert runtime.bulk.transfers == {}  # the controller's copy was let go
+
+
+def test_a_large_cast_in_a_tree_goes_down_the_chain_once_and_after_the_calls_before_it(
+    tree_keepers: ActorMesh[Keeper], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = Runtime.get()
+    assert sum(as_routed(conn) is not None for conn in runtime.agents) == 2  # hosts 2, 3
+    small, small_digest = _payload(4096)
+    data, want = _payload(4 * MIB)
+    sent = _SentBytes(monkeypatch)
+    # A call sent just before the bulk cast, and one just after, with no wait: each
+    # agent keeps the order, the later one held until its host has the data.
+    tree_keepers.take.broadcast(small)
+    before = tree_keepers.digest.call()
+    tree_keepers.take.broadcast(data)
+    after = tree_keepers.digest.call()
+    assert list(before.get(timeout=120).values()) == [small_digest] * 8
+    assert list(after.get(timeout=120).values()) == [want] * 8
+    # Once down the chain, not once per child link of the tree (2 x 4 MiB).
+    assert 4 * MIB <= sent.by_kind.get(headers.BULK_DATA, 0) < 4 * MIB + 16 * 1024
+    assert sent.by_kind.get(headers.TREE_CAST, 0) + sent.by_kind.get(headers.PLANNED_CAST, 0) < MIB
+    assert runtime.bulk.transfers == {}
 
 
 def test_an_agent_killed_mid_chain_fails_its_ranks_and_the_hosts_after_it_still_get_the_data(

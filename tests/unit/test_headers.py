@@ -53,6 +53,7 @@ EXAMPLES: list[Any] = [
         [("tcp://10.0.0.3:7001", [("tcp://10.0.0.3:7003", (2, 3))], [])],
     ),
     headers.PlannedCast(4, None, "mesh-1", 2, 4, "ping", None),
+    headers.Up("tcp://10.0.0.3:7001"),
 ]
 
 

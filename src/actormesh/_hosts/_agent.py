@@ -334,8 +334,10 @@ class Agent:
             return
         uplink = self._uplink
         if uplink is None:
-            timeout = self.runtime.config.heartbeat_timeout
-            uplink = Uplink(self.runtime.loop, self._tree_address, self._orphan_ends, timeout)
+            # An orphan waits twice the time the controller takes to find the agent above
+            # it dead (a cut link): long enough to be adopted, not to outlive its owner.
+            window = 2 * self.runtime.config.heartbeat_timeout
+            uplink = Uplink(self.runtime.loop, self._tree_address, self._orphan_ends, window)
         uplink.attach(conn)
         if self._owner is not uplink:
             self.adopt_owner(uplink)

@@ -20,6 +20,7 @@ from .._exceptions import ActorDiedError
 from .._transport import Buffer, Connection, SegmentShare, TransportClosed
 from ._agent_link import RelayConnection
 from ._cast_tree import CastTree, branch_ranks
+from ._routed import follows_casts
 
 __all__ = ["AgentRouter", "BulkCasts", "Frame", "Sender"]
 
@@ -115,20 +116,23 @@ class AgentRouter:
                 self.send(conn, header, parts, shares.get(id(parts)))
             except ActorDiedError as error:
                 failed.append((ranks, error.reason or str(error)))
-        trees: dict[tuple[int, int], tuple[CastTree, list[Any], list[Any]]] = {}
-        level = []
+        level: list[Group] = []
+        treed: list[Group] = []
         for key, group in by_agent.items():
-            parts = parts_of[key]
-            tree = group[0][0].link.tree
-            if tree is None:
-                level.append((group, parts))
-            else:
-                trees.setdefault((id(tree), id(parts)), (tree, parts, []))[2].extend(group)
-        # Large parts for several agents of one level go down a chain of them (_bulk). In
-        # a tree they go down with the cast, one copy per child link: bulk frames sent to
-        # each agent straight could overtake the casts the tree brings it.
+            (level if group[0][0].link.tree is None else treed).append((group, parts_of[key]))
+        # Large parts for several agents go down a chain of them (_bulk): agents of one
+        # level, or of a tree whose agents each get what this process sends it by the
+        # path its casts take (_routed.follows_casts), so a bulk cast keeps its place
+        # among them. (Sent to an agent straight, it could overtake them.)
         if len(level) > 1:
             level = self.bulk.cast(level, gather, combine, failed)
+        if len(treed) > 1 and all(follows_casts(group[0][0].link) for group, _ in treed):
+            treed = self.bulk.cast(treed, gather, combine, failed)
+        trees: dict[tuple[int, int], tuple[CastTree, list[Any], list[Any]]] = {}
+        for group, parts in treed:
+            tree = group[0][0].link.tree
+            assert tree is not None
+            trees.setdefault((id(tree), id(parts)), (tree, parts, []))[2].extend(group)
         for group, parts in level:
             first = group[0][0]
             try:

@@ -14,7 +14,8 @@ The controller's cost of a cast is then one small frame per child: ``k``, whatev
 number of hosts. Agents of one level (a host mesh of at most ``k`` hosts) get plans too:
 each is a child of the controller with no children of its own. There, a cast whose large
 parts would go down a chain of agents (``_bulk``) is not cast by plan
-(``Plan.by_chain``).
+(``Plan.by_chain``), nor is one in a tree whose agents joined through their parents
+(``_routed.follows_casts``).
 
 A plan is made on the first call and kept while nothing changes: every lost connection,
 process marked dead or revived, and every agent lost from the tree bumps the runtime's
@@ -35,6 +36,7 @@ from .._exceptions import ActorDiedError
 from .._transport import Buffer, Connection, TransportClosed, is_tcp, route
 from ._agent_link import AgentLink, RelayConnection
 from ._cast_tree import branch_ranks
+from ._routed import follows_casts
 
 __all__ = ["CastPlans", "Plan"]
 
@@ -165,4 +167,8 @@ class CastPlans:
             tops = [(link, targets, []) for link, targets in by_link.values()]
             return Plan(mesh_id, next(self._ids), version, tops, found, self._chains)
         tops = tree.branches(by_position)
-        return Plan(mesh_id, next(self._ids), version, tops, found)
+        # Large parts go down a chain of agents here too, if each agent's bulk cast would
+        # reach it after the casts before it (_routed.follows_casts).
+        joined = all(isinstance(c, RelayConnection) and follows_casts(c.link) for _, c, _ in found)
+        chains = self._chains if joined else None
+        return Plan(mesh_id, next(self._ids), version, tops, found, chains)

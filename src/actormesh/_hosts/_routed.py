@@ -22,7 +22,7 @@ from .._transport import Buffer, Connection, SegmentShare, TransportClosed
 if TYPE_CHECKING:
     from ._agent_link import AgentLink
 
-__all__ = ["RoutedConnection"]
+__all__ = ["RoutedConnection", "as_routed", "follows_casts"]
 
 
 class RoutedConnection(Connection):
@@ -115,3 +115,11 @@ class RoutedConnection(Connection):
 def as_routed(conn: Any) -> RoutedConnection | None:
     """``conn`` if it is a routed connection."""
     return conn if isinstance(conn, RoutedConnection) else None
+
+
+def follows_casts(link: AgentLink) -> bool:
+    """Whether what the controller sends ``link``'s agent on its connection reaches it by
+    the path the tree's casts take, and so after them: an agent at the top of its tree,
+    or one below that joined through its parent (not one whose adoption failed)."""
+    tree = link.tree
+    return tree is not None and (tree.on_top(link) or isinstance(link.conn, RoutedConnection))

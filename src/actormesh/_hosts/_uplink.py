@@ -16,7 +16,7 @@ its own. From then on:
 So the controller's connections grow with the fan-out, not with the hosts. When the
 agent above dies, its connection closes and this agent is an orphan: what it sends the
 owner waits here, in order, until the agent the controller names instead (the nearest
-live ancestor, or the controller itself) adopts it. An orphan nobody adopts within
+live ancestor, or the controller itself) adopts it. An orphan nobody adopts within twice
 ``Config.heartbeat_timeout`` ends: its owner is gone too, or gave it up. An agent that
 ends for any other reason first tells the agents it adopted to end (``HOST end``), so a
 controller's death empties a tree of any depth at once.
@@ -106,7 +106,7 @@ class Uplink(Connection):
                 self._window,
                 self._ends,
                 f"the agent above it is gone and none adopted it within {self._window:g} s "
-                "(Config.heartbeat_timeout)",
+                "(twice Config.heartbeat_timeout)",
             )
         return True
 
