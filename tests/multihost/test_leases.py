@@ -121,14 +121,17 @@ def _kill_job(job: Job) -> None:
             agent.wait(10)
 
 
-@pytest.fixture
-def start_job(network: Network, tmp_path: Path) -> Iterator[Any]:
-    """Start a leased job on the three namespaces: ``start_job(name, keep_alive)``."""
+@pytest.fixture(params=[None, 2], ids=["one-level", "tree"])
+def start_job(network: Network, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Start a leased job on the three namespaces: ``start_job(name, keep_alive)``; its
+    agents one level, or a tree of fan-out 2 (host 2's agent joined through host 0's)."""
     started: list[Job] = []
+    fan_out = {} if request.param is None else {"ACTORMESH_FAN_OUT": str(request.param)}
 
     def start(name: str, keep_alive: float) -> Job:
         others = {pid for host in network.hosts for pid in network.processes_in(host)}
         env = {"ACTORMESH_SECRET": os.urandom(16).hex(), "ACTORMESH_JOBS_DIR": str(tmp_path)}
+        env.update(fan_out)
         with socket.socket() as probe:
             probe.bind((network.controller_ip, 0))
             listen = f"{network.controller_ip}:{probe.getsockname()[1]}"

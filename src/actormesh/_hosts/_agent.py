@@ -164,7 +164,7 @@ class Agent:
         runtime.frame_kinds[headers.CAST_PLAN] = self._learn_plan
         runtime.frame_kinds[headers.PLANNED_CAST] = self._planned_cast
         runtime.frame_kinds[headers.UP] = self._up_from_below
-        runtime.on_exit.append(self._end_adopted)
+        runtime.on_exit.append(lambda: self.owner_gone_below("the agent above it ended"))
         runtime.forward_replies = self._replies_from_below
         runtime.children.close_listeners.append(self._connection_closed)
         # Bulk casts wait for their data (_bulk), and the frames for workers behind them.
@@ -240,9 +240,9 @@ class Agent:
             self.runtime.loop.create_task(self._answer(conn, req_id, self._start_lease(*args)))
         elif op == "listen":
             self.runtime.loop.create_task(self._answer(conn, req_id, self._listen()))
-        elif op == "end":
+        elif op == "owner_gone":
             if self._uplink is not None and conn is self._uplink.raw:
-                self.runtime._exit_worker("the agent above it ended")
+                self._owner_gone(str(args[0]))
         elif op == "forget_peer":
             self._peers.forget(*args)
         elif op == "watch":
@@ -255,6 +255,10 @@ class Agent:
             raise ValueError(f"unknown host operation {op!r}")
 
     async def _answer(self, conn: Connection, req_id: int, work: Any) -> None:
+        if not req_id:  # (a request that wants no answer: an owner adopting this agent)
+            with contextlib.suppress(Exception):
+                await work
+            return
         try:
             value = await work
         except Exception as error:
@@ -349,10 +353,18 @@ class Agent:
         log.warning("host agent ending: %s", why)
         self.runtime._exit_worker(why)
 
-    def _end_adopted(self) -> None:
-        """This agent is ending: so do the agents it adopted (``_uplink``), at once."""
-        frame = [headers.encode(headers.HostOp(0, "end")), dumps(())[0]]
+    def owner_gone_below(self, why: str) -> None:
+        """This agent is ending, or its owner went away: the agents it adopted
+        (``_uplink``) hear of it at once, as if their own owner's connection had closed."""
+        frame = [headers.encode(headers.HostOp(0, "owner_gone")), dumps((why,))[0]]
         self._peers.send_all(frame)
+
+    def _owner_gone(self, why: str) -> None:
+        """The owner is gone, says the agent above: end, or, holding a lease, detach."""
+        if self.runtime.on_owner_lost is not None:
+            self.runtime.on_owner_lost(why)
+        else:
+            self.runtime._exit_worker(why)
 
     def _up_from_below(
         self, conn: Connection, header: tuple[Any, ...], parts: list[memoryview]

@@ -119,6 +119,8 @@ class Lease:
                  self.keep_alive)  # fmt: skip
         self.detached_since = time.time()
         self.controller = {}
+        # The agents below this one in a tree hear of it now, not by their own heartbeats.
+        self.agent.owner_gone_below(why)
         # Gathered replies of calls that were in flight go nowhere now.
         self.agent.drop_batches()
         self._expiry = self.runtime.loop.call_later(self.keep_alive, self._expire)

@@ -18,8 +18,10 @@ agent above dies, its connection closes and this agent is an orphan: what it sen
 owner waits here, in order, until the agent the controller names instead (the nearest
 live ancestor, or the controller itself) adopts it. An orphan nobody adopts within twice
 ``Config.heartbeat_timeout`` ends: its owner is gone too, or gave it up. An agent that
-ends for any other reason first tells the agents it adopted to end (``HOST end``), so a
-controller's death empties a tree of any depth at once.
+ends for any other reason, or whose owner goes away, first tells the agents it adopted
+(``HOST owner_gone``): each does what its owner's connection closing would have it do
+(end, or detach if it holds a lease), so a controller's death empties a tree of any
+depth at once, and a leased job's agents all detach at once.
 """
 
 from __future__ import annotations
