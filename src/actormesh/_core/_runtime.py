@@ -523,11 +523,6 @@ class CoreRuntime:
         self._parent = conn
 
     @property
-    def owner_connection(self) -> Connection | None:
-        """The connection to this process' owner as it is now; None in a controller."""
-        return self._parent
-
-    @property
     def parent(self) -> Connection:
         """The connection to this process' owner (a worker's, or a host agent's)."""
         if self._parent is None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from ._agent import Agent, dial_agent, serve_agent
+from ._agent import Agent, serve_agent
 from ._agent_link import AgentLink, RelayedProcess, WorkerSpec
 from ._cast_plan import Plan
 from ._debug_relay import SessionWatch
+from ._dial import dial_agent
 from ._event_log import KINDS as EVENT_KINDS
 from ._event_log import default_state_dir
 from ._joining import JoinWait, is_agent, join_order

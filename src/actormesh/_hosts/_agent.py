@@ -32,27 +32,17 @@ import os
 import signal
 import socket
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._core import dumps, error_payload, headers, loads
 from .._transport import (
-    HANDSHAKE_TIMEOUT,
-    AuthenticationError,
     Connection,
-    Endpoint,
     SegmentShare,
     TransportClosed,
-    connect_steps,
-    connect_tcp,
-    connect_unix,
     is_tcp,
-    open_connect_steps,
-    parse_worker_address,
     route_source,
-    run_blocking,
 )
 from ._agent_link import WorkerSpec
 from ._child_watch import ChildWatch
@@ -71,7 +61,6 @@ __all__ = [
     "Agent",
     "HostInfo",
     "LOOP_FD_ENV",
-    "dial_agent",
     "main",
     "serve_agent",
     "serve_in_session",
@@ -746,79 +735,6 @@ def serve_in_session(owner: str, advertise: str | None, sock: socket.socket) -> 
     (``_worker_loop``)."""
     key = f"agent-{socket.gethostname()}-{os.getpid()}"
     _serve_as_agent(key, owner, advertise, own_group=False, owner_sock=sock)
-
-
-# Seconds between tries to reach a worker loop that is not listening yet (doubling).
-_DIAL_FIRST_PAUSE = 0.01
-_DIAL_MAX_PAUSE = 0.25
-
-
-def dial_agent(address: str, secret: str, *, trust_all: bool, timeout: float) -> socket.socket:
-    """A connection to the worker loop waiting at ``address`` (any worker address form:
-    its dial side), ready to carry frames (blocking; run it on a thread).
-
-    A worker loop that is not listening yet (its process still starting) is tried again
-    until ``timeout`` seconds have passed. ``trust_all`` (Monarch's
-    ``ca="trust_all_connections"`` with no secret given to this controller): the worker
-    takes us unauthenticated and is handed ``secret``; otherwise both prove ``secret``.
-
-    Raises:
-        ValueError: ``address`` is not a worker address, or names nothing to dial.
-        AuthenticationError: the worker and this controller disagree on the secret, or
-            on whether there is one.
-        TimeoutError: nothing listened at ``address`` within ``timeout`` seconds.
-        OSError: it cannot be reached otherwise.
-    """
-    target = parse_worker_address(address).dial
-    dial = target.address  # (raises for an inherited socket or a wildcard)
-    deadline = time.monotonic() + timeout
-    pause = _DIAL_FIRST_PAUSE
-    while True:
-        try:
-            return _dial_once(target, secret, trust_all, deadline)
-        except (ConnectionRefusedError, FileNotFoundError) as error:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(
-                    f"no worker loop listened at {dial} within {timeout:g} s ({error})"
-                ) from None
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, _DIAL_MAX_PAUSE)
-
-
-def _dial_once(target: Endpoint, secret: str, trust_all: bool, deadline: float) -> socket.socket:
-    handshake = max(0.1, min(HANDSHAKE_TIMEOUT, deadline - time.monotonic()))
-    try:
-        if target.transport == "tcp":
-            assert target.port is not None
-            return connect_tcp(
-                target.host, target.port, secret=secret, timeout=handshake, trust_all=trust_all
-            )
-        sock = connect_unix(target.path)
-        try:
-            sock.settimeout(handshake)
-            run_blocking(sock, open_connect_steps(secret) if trust_all else connect_steps(secret))
-            sock.settimeout(None)
-        except BaseException:
-            sock.close()
-            raise
-        return sock
-    except (ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as error:
-        if trust_all:
-            raise
-        raise AuthenticationError(
-            f"the worker loop at {target.address} hung up on the job's secret ({error}): "
-            "one that trusts all connections has no secret to check it against; attach "
-            "with ca='trust_all_connections' and no ACTORMESH_SECRET, or give the worker "
-            "the same ACTORMESH_SECRET"
-        ) from None
-    except ConnectionError as error:
-        if isinstance(error, ConnectionRefusedError) or trust_all:
-            raise
-        raise AuthenticationError(
-            f"the worker loop at {target.address} closed the connection during the "
-            f"handshake ({error}): is it one that trusts all connections (no secret)?"
-        ) from None
 
 
 def main() -> None:

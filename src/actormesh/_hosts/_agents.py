@@ -108,7 +108,7 @@ class Agents:
         and own it once it says HELLO (loop thread).
 
         ``dial``: how to connect instead (a blocking call, run on a thread), for the
-        forms of address and handshakes of Monarch's worker loops (``_agent.dial_agent``).
+        forms of address and handshakes of Monarch's worker loops (``_dial.dial_agent``).
         """
         connect = dial or (lambda: connect_address(address, secret=self.runtime.secret))
         sock = await asyncio.to_thread(connect)

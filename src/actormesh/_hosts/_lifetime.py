@@ -195,7 +195,7 @@ def serve(
     )
     if is_tcp(owner):
         first = runtime.connection(owner)
-        _watch_owner_connection(first.fileno(), lambda: runtime.owner_connection is first)
+        _watch_owner_connection(first.fileno(), lambda: runtime.parent is first)
     if setup is not None:
         setup(runtime)
     loop.add_signal_handler(signal.SIGTERM, runtime._exit_worker, "SIGTERM")

@@ -66,14 +66,11 @@ class RoutedConnection(Connection):
 
     def resume(self) -> None:
         """The agent above it now adopted it: the frames held go down to it (loop thread)."""
-        self.adopting = False
-        held, self._held = self._held, []
-        for parts in held:
-            with contextlib.suppress(TransportClosed):
-                self.send(parts)
+        self.handover(self)
 
     def handover(self, conn: Connection) -> None:
-        """The controller reaches the agent on ``conn`` now: what was held goes there."""
+        """The controller reaches the agent on ``conn`` now (itself, down the tree, once
+        adopted by the agent above): what was held goes there."""
         self.adopting = False
         held, self._held = self._held, []
         for parts in held:
