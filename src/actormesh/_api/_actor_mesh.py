@@ -9,13 +9,14 @@ Endpoints are attributes: ``mesh.step`` is the endpoint ``step`` bound to this h
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from .._exceptions import ActorDiedError
 from .._hosts import Runtime
-from .._pure import Affinity, ChoosePolicy, policy_from
+from .._pure import Affinity, ChoosePolicy, pack, policy_from, unpack
 from .._shape import Point, Shape, Shaped, pack_ranks
 from ._actor import missing_endpoint
 from ._adverbs import Adverbs
@@ -56,6 +57,28 @@ class MeshRef:
     labels: tuple[str, ...]
     sizes: tuple[int, ...]
     paths: tuple[str, ...]
+
+    @functools.cached_property
+    def _packed_paths(self) -> tuple[str, ...] | bytes:
+        # Made once: a large mesh's reference is pickled with every call that carries it.
+        return pack(self.paths)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = (self.mesh_id, self.name, self.class_name, self.endpoints, self.labels)
+        return (_mesh_ref, (*fields, self.sizes, self._packed_paths))
+
+
+def _mesh_ref(
+    mesh_id: str,
+    name: str,
+    class_name: str,
+    endpoints: dict[str, EndpointOptions],
+    labels: tuple[str, ...],
+    sizes: tuple[int, ...],
+    paths: tuple[str, ...] | bytes,
+) -> MeshRef:
+    """A mesh reference sent by another process (its paths perhaps packed: ``_pure._packed``)."""
+    return MeshRef(mesh_id, name, class_name, endpoints, labels, sizes, unpack(paths))
 
 
 class ActorMesh(Shaped, Generic[T]):

@@ -23,6 +23,7 @@ from typing import Any, TypeVar, cast
 from .._core import dumps, headers
 from .._exceptions import ActorClassError, ActorInitError, MeshStoppedError
 from .._hosts import ChildProcess, ProcessSetup, Runtime, Status, prepare
+from .._pure import pack, unpack
 from .._shape import Point, Shape, Shaped, ValueMesh
 from . import _restart, _supervision
 from ._actor import Actor, SpawnSpec, endpoint_table
@@ -102,7 +103,7 @@ class ProcMesh(Shaped):
         children = tuple(
             (child.key, child.rank, child.listen_path, child.pid) for child in processes.children
         )
-        return (_received, (processes.name, children, self._shape, self._per_process))
+        return (_received, (processes.name, pack(children), self._shape, self._per_process))
 
     def repeat(self, **dims: int) -> ProcMesh:
         """This mesh with each process repeated along new (last) dimensions.
@@ -282,10 +283,15 @@ class ProcMesh(Shaped):
 
 
 def _received(
-    name: str, children: tuple[tuple[str, int, str, int], ...], shape: Shape, per_process: int
+    name: str,
+    children: tuple[tuple[str, int, str, int], ...] | bytes,
+    shape: Shape,
+    per_process: int,
 ) -> ProcMesh:
-    """A process mesh sent by another process: a reference to the same processes."""
-    processes = _Processes(name, [_ProcessRef(*child) for child in children], owned=False)
+    """A process mesh sent by another process: a reference to the same processes (their
+    table perhaps packed: ``_pure._packed``)."""
+    table = unpack(children)
+    processes = _Processes(name, [_ProcessRef(*child) for child in table], owned=False)
     return ProcMesh(processes, shape, per_process)
 
 

@@ -2,7 +2,8 @@
 
 ``choose`` policies (``_routing``), how ``shard`` splits arguments and combines results
 (``_sharding``), the summary of an endpoint's signature that checks calls at the call
-site (``_signature``), and the placement plan of one-actor processes (``_placement``).
+site (``_signature``), the placement plan of one-actor processes (``_placement``), and
+the compressed form of a large mesh's table of processes in a pickle (``_packed``).
 They import nothing of actormesh above layer 0, so each is tested alone (hypothesis
 properties in ``tests/unit``), and the layers above, the Ray face included, use them
 without the runtime.
@@ -10,6 +11,7 @@ without the runtime.
 
 from __future__ import annotations
 
+from ._packed import pack, unpack
 from ._placement import Placement, plan, resources_from
 from ._reduce import Reduce, State, Tally, reduce_states
 from ._routing import (
@@ -44,10 +46,12 @@ __all__ = [
     "Tally",
     "WorkQueue",
     "as_dispatch",
+    "pack",
     "plan",
     "policy_from",
     "reduce_states",
     "resources_from",
     "split_along",
     "takes_key",
+    "unpack",
 ]
