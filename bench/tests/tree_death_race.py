@@ -8,7 +8,10 @@
 - ``registered``: the same call, with the controller failing what went through the dead
   agent just after the call's request is registered, before its frames leave: the
   request must say by then that it is routed after the death (at 1,024 simulated hosts,
-  making a slice's frames takes long enough for this to happen).
+  making a slice's frames takes long enough for this to happen);
+- ``adopter``: host 4's agent dies, and host 0's, asked to adopt host 4's children
+  (20..23), dies as it is asked: they must be adopted again higher up (by the
+  controller) and answer, not be given up.
 
 Run by ``test_simulate.py`` in a process of its own (the simulation replaces the
 process' runtime), with the case as its argument; prints one JSON line."""
@@ -24,6 +27,8 @@ from typing import Any
 os.environ.update(ACTORMESH_OUTPUT="off", ACTORMESH_EVENT_LOG="0", ACTORMESH_PROGRESS="never")
 
 from actormesh import Actor, ActorDiedError, endpoint, host_mesh
+from actormesh._hosts._routed import as_routed
+from actormesh.testing import wait_until
 from bench.sim_hosts import LoopThread, SimControllerRuntime, SimulatedHosts
 
 HOSTS, FAN_OUT = 24, 4  # host 0 relays to hosts 4..7, which relay to 20..23
@@ -49,6 +54,8 @@ def main() -> None:
     try:
         if sys.argv[1] == "during":
             outcome["answered"] = _call_during(runtime, host, below)
+        elif sys.argv[1] == "adopter":
+            outcome["answered"] = _adopter_dies(runtime, sim, hosts, mesh)
         elif sys.argv[1] == "registered":
             outcome.update(_call_registered(runtime, hosts._hosts.links[0], host, mesh, below))
         else:
@@ -117,6 +124,29 @@ def _below_once_own_failed(
     hold.set()
     outcome["answered"] = list(after.get(timeout=60).values())
     return outcome
+
+
+def _adopter_dies(runtime: Any, sim: Any, hosts: Any, mesh: Any) -> list[Any]:
+    links = hosts._hosts.links
+    adopter, asked = links[0], threading.Event()
+    down_tree = adopter.down_tree
+
+    async def dying_as_asked(op: str, *args: Any) -> Any:
+        if op == "adopt_tree":
+            sim.host_of(adopter).die()  # (its connection closes as the request leaves)
+            asked.set()
+        return await down_tree(op, *args)
+
+    adopter.down_tree = dying_as_asked
+    orphans = links[20:24]
+    assert all(as_routed(link.conn) for link in orphans), "they did not join below host 4"
+    sim.host_of(links[4]).die()
+    assert asked.wait(60), f"host 0 was never asked to adopt them (host 4: {links[4].lost_reason})"
+    # Host 0's death handled, they are the controller's own (a call routed before it went
+    # through host 0, and fails: tree_death_race's other cases are about those).
+    wait_until(lambda: not any(as_routed(link.conn) for link in orphans), 60, "the adoption")
+    below = mesh.slice(hosts=slice(20, 24))
+    return list(below.echo.call(5).get(timeout=60).values())
 
 
 def _call_during(runtime: Any, host: Any, below: Any) -> list[Any]:

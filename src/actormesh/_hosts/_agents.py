@@ -312,6 +312,10 @@ class Agents:
                 conn.send([request, dumps(([True], []))[0]])
                 routed.handover(conn)
         except Exception as error:
+            if parent is not None and isinstance(error, ActorDiedError):
+                # The agent asked to adopt it died meanwhile: the handling of that death
+                # adopts it again, higher up (``_orphans``; its frames held until then).
+                return
             if orphan.lost_reason is None:
                 routed.lost(f"could not be adopted again after the agent above it died: {error}")
 
