@@ -42,6 +42,7 @@ from actormesh import (
 from actormesh._api._planned import by_plan
 from actormesh._core import headers
 from actormesh._hosts import Plan, Runtime, _tree
+from actormesh._hosts._routed import as_routed
 from actormesh.actor import BootstrapCommand, default_bootstrap_cmd
 from actormesh.allocators import ExternalAllocator
 from actormesh.testing import wait_until
@@ -674,6 +675,25 @@ def test_only_the_agents_the_controller_reaches_first_keep_a_connection_to_it(
     deep = [link for link in runtime.agents.values() if link.tree is not None][-1]
     assert runtime.run_sync(deep.listen_for_peers(), timeout=30).startswith("tcp://")
     assert len(where.where.call().get(timeout=30)) == 2 * HOSTS
+
+
+def test_an_agent_below_the_top_declared_dead_ends_as_if_its_connection_closed(
+    network: Network,
+) -> None:
+    # The controller holds no connection of its own to close: it tells the agent down
+    # the tree, and the agent ends (with its workers) as when its owner hangs up.
+    mesh, agents = _tree_on(network)
+    try:
+        runtime = Runtime.get()
+        link = mesh._hosts.links[HOSTS - 1]  # a leaf, below the top
+        assert as_routed(link.conn) is not None
+        runtime.loop.call_soon_threadsafe(runtime.children.declare_dead, link.process, "test")
+        assert agents[HOSTS - 1].wait(timeout=30) == 0
+        assert all(agent.poll() is None for agent in agents[: HOSTS - 1])
+    finally:
+        mesh.shutdown().get(timeout=60)
+        for agent in agents:
+            agent.wait(timeout=15)
 
 
 def test_the_controller_probes_only_the_agents_it_casts_to(where: ActorMesh[Where]) -> None:

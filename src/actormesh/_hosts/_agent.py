@@ -230,7 +230,9 @@ class Agent:
         elif op == "listen":
             self.runtime.loop.create_task(self._answer(conn, req_id, self._listen()))
         elif op == "owner_gone":
-            if self._uplink is not None and conn is self._uplink.raw:
+            # From the agent above (its owner is gone), or from the owner down the tree
+            # (it let this agent go, as closing a connection of its own would).
+            if conn is self._owner or (self._uplink is not None and conn is self._uplink.raw):
                 self._owner_gone(str(args[0]))
         elif op == "forget_peer":
             self._peers.forget(*args)

@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._core import headers
+from .._core import dumps, headers
 from .._transport import Buffer, Connection, SegmentShare, TransportClosed
 
 if TYPE_CHECKING:
@@ -85,13 +85,15 @@ class RoutedConnection(Connection):
         self.close()
 
     def close(self) -> None:
-        """The agent is gone to us: ask it to end (it may still hear), then handle the
-        close as any connection's (loop thread or any)."""
+        """The agent is gone to us: tell it so, as closing its own connection would (it
+        ends, or detaches if it holds a lease; it may still hear), then handle the close
+        as any connection's (loop thread or any)."""
         if self._closed:
             return
         with contextlib.suppress(TransportClosed, AssertionError):
             if not self.adopting:
-                self.send([headers.encode(headers.Shutdown())])
+                why = dumps(("the controller closed its connection to it",))[0]
+                self.send([headers.encode(headers.HostOp(0, "owner_gone")), why])
         self._closed = True
         self._held.clear()
         self.link.loop.call_soon_threadsafe(self._closed_with, self, None)
