@@ -110,10 +110,14 @@ def _summary(latencies: list[float], cpu: float) -> dict[str, float]:
 def _measure(meshes: dict[str, ActorMesh[Echo]], calls: int, rounds: int) -> dict[str, Any]:
     """``calls`` calls + gathers on each mesh, in ``rounds`` interleaved rounds (so a
     machine whose load changes meanwhile weighs on every way alike)."""
-    for mesh in meshes.values():
+    # One actor of the last host (the deepest in a tree), by ``call_one``.
+    last = {way: _last_actor(mesh) for way, mesh in meshes.items()}
+    for way, mesh in meshes.items():
         for _ in range(20):  # warm up connections and caches
             mesh.echo.call(1).get(timeout=60)
+            last[way].echo.call_one(1).get(timeout=60)
     latencies: dict[str, list[float]] = {way: [] for way in meshes}
+    ones: dict[str, list[float]] = {way: [] for way in meshes}
     cpu = dict.fromkeys(meshes, 0.0)
     per_round = max(1, calls // rounds)
     for _ in range(rounds):
@@ -121,7 +125,34 @@ def _measure(meshes: dict[str, ActorMesh[Echo]], calls: int, rounds: int) -> dic
             these, spent = _timed_calls(mesh, per_round)
             latencies[way].extend(these)
             cpu[way] += spent
-    return {way: _summary(latencies[way], cpu[way]) for way in meshes}
+            ones[way].extend(_timed_call_ones(last[way], per_round))
+    return {
+        way: {**_summary(latencies[way], cpu[way]), "one_median_us": _median_us(ones[way])}
+        for way in meshes
+    }
+
+
+def _last_actor(mesh: ActorMesh[Echo]) -> ActorMesh[Echo]:
+    """The first actor of the mesh's last host (the deepest in a tree of agents)."""
+    hosts, *others = mesh.sizes.items()
+    actor: ActorMesh[Echo] = mesh.slice(
+        **{hosts[0]: hosts[1] - 1}, **dict.fromkeys(dict(others), 0)
+    )
+    return actor
+
+
+def _timed_call_ones(actor: ActorMesh[Echo], calls: int) -> list[float]:
+    """The latency of each of ``calls`` ``call_one`` round trips to ``actor``."""
+    latencies = []
+    for i in range(calls):
+        started = time.perf_counter()
+        actor.echo.call_one(i).get(timeout=60)
+        latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+def _median_us(latencies: list[float]) -> float:
+    return statistics.median(latencies) * 1e6
 
 
 class _Way:
@@ -230,6 +261,7 @@ def _table(results: dict[str, Any]) -> str:
         ("call + gather, median, µs", "gather_median_us", "{:,.0f}"),
         ("call + gather, p99, µs", "gather_p99_us", "{:,.0f}"),
         ("controller CPU per call, µs", "controller_cpu_per_call_us", "{:,.0f}"),
+        ("call_one to the last host, median, µs", "one_median_us", "{:,.0f}"),
     ]
     head = f"{results['hosts']} hosts x {results['per_host']} processes"
     lines = [f"| {head} | " + " | ".join(title for _, title in ways) + " |"]

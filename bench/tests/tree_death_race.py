@@ -11,7 +11,9 @@
   making a slice's frames takes long enough for this to happen);
 - ``adopter``: host 4's agent dies, and host 0's, asked to adopt host 4's children
   (20..23), dies as it is asked: they must be adopted again higher up (by the
-  controller) and answer, not be given up.
+  controller) and answer, not be given up;
+- ``unadopted``: host 4's agent dies and nothing adopts its children (the controller
+  gone, say): each ends by itself within twice its heartbeat timeout, with its workers.
 
 Run by ``test_simulate.py`` in a process of its own (the simulation replaces the
 process' runtime), with the case as its argument; prints one JSON line."""
@@ -45,6 +47,8 @@ def main() -> None:
     agents = LoopThread("sim-agents")
     sim = SimulatedHosts(agents.loop)
     runtime.dialing = sim.dialing
+    if sys.argv[1] == "unadopted":  # (the agents' own timeout: their orphans' window)
+        sim._config = sim._config.replace(heartbeat_timeout=0.5)
     hosts = host_mesh(HOSTS, allocator=sim, fan_out=FAN_OUT).get(timeout=120)
     mesh = hosts.spawn_procs(per_host={"gpus": 2}).spawn("echo", Echo)
     assert len(mesh.echo.call(0).get(timeout=120)) == 2 * HOSTS
@@ -54,6 +58,8 @@ def main() -> None:
     try:
         if sys.argv[1] == "during":
             outcome["answered"] = _call_during(runtime, host, below)
+        elif sys.argv[1] == "unadopted":
+            outcome["ended"] = _nobody_adopts(runtime, sim, hosts)
         elif sys.argv[1] == "adopter":
             outcome["answered"] = _adopter_dies(runtime, sim, hosts, mesh)
         elif sys.argv[1] == "registered":
@@ -147,6 +153,14 @@ def _adopter_dies(runtime: Any, sim: Any, hosts: Any, mesh: Any) -> list[Any]:
     wait_until(lambda: not any(as_routed(link.conn) for link in orphans), 60, "the adoption")
     below = mesh.slice(hosts=slice(20, 24))
     return list(below.echo.call(5).get(timeout=60).values())
+
+
+def _nobody_adopts(runtime: Any, sim: Any, hosts: Any) -> float:
+    links = hosts._hosts.links
+    runtime.host_agents._orphans = lambda *args: None  # (the controller adopts nobody)
+    orphans = [sim.host_of(link).runtime for link in links[20:24]]
+    sim.host_of(links[4]).die()
+    return wait_until(lambda: all(o.closed for o in orphans), 30, "the orphans to end")
 
 
 def _call_during(runtime: Any, host: Any, below: Any) -> list[Any]:

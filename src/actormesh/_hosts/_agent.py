@@ -247,8 +247,10 @@ class Agent:
 
     async def _answer(self, conn: Connection, req_id: int, work: Any) -> None:
         if not req_id:  # (a request that wants no answer: an owner adopting this agent)
-            with contextlib.suppress(Exception):
+            try:
                 await work
+            except Exception:
+                log.exception("a host operation that wants no answer failed")
             return
         try:
             value = await work
